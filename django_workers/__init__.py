@@ -1,0 +1,72 @@
+"""django-workers: durable background tasks for Django, stored in the site's own database."""
+
+from __future__ import annotations
+
+from django_workers.api import (
+    TaskSubmission,
+    cancel_task,
+    get_all_tasks,
+    get_task_status,
+    submit_task,
+    submit_tasks,
+    update_progress,
+)
+from django_workers.authority import Owner, System, owner_of, scoped_task_key
+from django_workers.cancellation import CancelReason
+from django_workers.exceptions import (
+    ArgumentsNotSerializable,
+    AuthorizationError,
+    InvalidTaskKey,
+    InvalidTaskOptions,
+    InvalidWorkflow,
+    RemoteTaskError,
+    TaskAlreadyFinished,
+    TaskCancelled,
+    TaskNotFound,
+    TaskNotImportable,
+    TaskTimeoutError,
+    WorkerLost,
+    WorkersError,
+    WorkflowExists,
+)
+from django_workers.info import TaskFailure, TaskInfo, TaskStatus
+from django_workers.options import TaskOptions
+from django_workers.runtime.registry import current_run
+from django_workers.stores import default_store, set_queue_authorizer, set_watch_authorizer
+
+__all__ = [
+    "ArgumentsNotSerializable",
+    "AuthorizationError",
+    "CancelReason",
+    "InvalidTaskKey",
+    "InvalidTaskOptions",
+    "InvalidWorkflow",
+    "Owner",
+    "RemoteTaskError",
+    "System",
+    "TaskAlreadyFinished",
+    "TaskCancelled",
+    "TaskFailure",
+    "TaskInfo",
+    "TaskNotFound",
+    "TaskNotImportable",
+    "TaskOptions",
+    "TaskStatus",
+    "TaskSubmission",
+    "TaskTimeoutError",
+    "WorkerLost",
+    "WorkersError",
+    "WorkflowExists",
+    "cancel_task",
+    "current_run",
+    "default_store",
+    "get_all_tasks",
+    "get_task_status",
+    "owner_of",
+    "scoped_task_key",
+    "set_queue_authorizer",
+    "set_watch_authorizer",
+    "submit_task",
+    "submit_tasks",
+    "update_progress",
+]

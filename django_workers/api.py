@@ -1,0 +1,363 @@
+"""The public task API: submit, read, list, cancel, report progress (SPEC §3, §4).
+
+Every call takes a required authority (``Owner`` or ``System``) and checks
+all of its input before anything is written. A task the caller may not see
+is answered exactly like one that does not exist.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.tasks import Task
+from django.utils import timezone
+
+from django_workers import clock
+from django_workers.authority import (
+    SCOPES,
+    Authority,
+    Owner,
+    Scope,
+    check_authority,
+    owner_of,
+    scoped_task_key,
+    user_id_of,
+)
+from django_workers.cancellation import CancelReason, cancel_message
+from django_workers.exceptions import (
+    AuthorizationError,
+    InvalidTaskKey,
+    InvalidTaskOptions,
+    TaskAlreadyFinished,
+    TaskCancelled,
+    TaskNotFound,
+)
+from django_workers.info import LIVE_STATUSES, TaskFailure, TaskInfo, TaskStatus
+from django_workers.options import TaskOptions
+from django_workers.references import TaskRef, task_path, to_json
+from django_workers.stores import NewTask, WorkerStore, default_store
+
+DEFAULT_QUEUE = "default"
+QUEUE_MAX_LENGTH = 100
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+MAX_LIMIT = 1000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskSubmission:
+    """One task of a ``submit_tasks`` batch; the fields mirror ``submit_task``'s arguments."""
+
+    key: str
+    task: TaskRef
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] | None = None
+    scope: Scope = "user"
+    watchers: Sequence[Owner] = ()
+    queue: str | None = None
+    priority: int | None = None
+    run_after: datetime | timedelta | None = None
+    options: TaskOptions | None = None
+
+
+def submit_task(
+    key: str,
+    task: TaskRef,
+    authority: Authority,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    scope: Scope = "user",
+    watchers: Sequence[Owner] = (),
+    queue: str | None = None,
+    priority: int | None = None,
+    run_after: datetime | timedelta | None = None,
+    options: TaskOptions | None = None,
+    store: WorkerStore | None = None,
+) -> str:
+    """Submit ``task`` under ``key`` and return the task id (not the key; see SPEC §3)."""
+    spec = TaskSubmission(
+        key=key,
+        task=task,
+        args=args,
+        kwargs=kwargs,
+        scope=scope,
+        watchers=watchers,
+        queue=queue,
+        priority=priority,
+        run_after=run_after,
+        options=options,
+    )
+    return submit_tasks([spec], authority, store=store)[0]
+
+
+def submit_tasks(
+    submissions: Iterable[TaskSubmission], authority: Authority, *, store: WorkerStore | None = None
+) -> list[str]:
+    """Submit many tasks, written in one statement where the database allows; return ids."""
+    authority = check_authority(authority)
+    store = store or default_store()
+    news = [_new_task(spec, authority, store) for spec in submissions]
+    if not news:
+        return []
+    done = store.submit_many(news, user_id_of(authority))
+    created = {new.queue for new, sub in zip(news, done, strict=True) if sub.created}
+    if created:
+        store.notify_enqueued(created)
+    return [sub.id for sub in done]
+
+
+def _new_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) -> NewTask:
+    """Validate one submission completely and build the record it would write."""
+    if not isinstance(spec, TaskSubmission):
+        raise TypeError(f"submit_tasks takes TaskSubmission objects, got {type(spec).__name__}.")
+    if spec.scope not in SCOPES:
+        raise InvalidTaskKey(f"scope must be 'user' or 'global', got {spec.scope!r}.")
+    task_id = scoped_task_key(spec.key, authority, spec.scope)
+    path = task_path(spec.task)
+    django_task = spec.task if isinstance(spec.task, Task) else None
+    queue = _check_queue(spec.queue or (django_task.queue_name if django_task else DEFAULT_QUEUE))
+    _authorize_queue(store, queue, authority)
+    options = spec.options if spec.options is not None else TaskOptions()
+    if not isinstance(options, TaskOptions):
+        raise InvalidTaskOptions(f"options must be a TaskOptions, got {type(options).__name__}.")
+    stored_options = options.to_json()
+    if django_task is not None and django_task.takes_context:
+        stored_options["takes_context"] = True
+    priority = spec.priority if spec.priority is not None else getattr(django_task, "priority", 0)
+    return NewTask(
+        id=task_id,
+        key=spec.key,
+        owner=user_id_of(authority) if spec.scope == "user" else None,
+        scope=spec.scope,
+        task_path=path,
+        args=_check_args(spec.args),
+        kwargs=_check_kwargs(spec.kwargs),
+        queue=queue,
+        priority=_check_priority(priority),
+        run_after=_check_run_after(spec.run_after),
+        options=stored_options,
+        run_id=new_run_id(),
+        created_at=clock.now(),
+        watchers=_watcher_ids(authority, spec.watchers),
+    )
+
+
+def new_run_id() -> str:
+    """Mint the identity of a new run."""
+    return uuid.uuid4().hex
+
+
+def _check_queue(queue: object) -> str:
+    if not isinstance(queue, str) or not 1 <= len(queue) <= QUEUE_MAX_LENGTH:
+        raise InvalidTaskOptions(
+            f"queue must be a name of 1 to {QUEUE_MAX_LENGTH} characters, got {queue!r}."
+        )
+    if not queue.isprintable() or any(c.isspace() for c in queue):
+        raise InvalidTaskOptions(
+            f"queue name {queue!r} may not contain spaces or control characters."
+        )
+    return queue
+
+
+def _authorize_queue(store: WorkerStore, queue: str, authority: Authority) -> None:
+    fn = store.queue_authorizer
+    if isinstance(authority, Owner) and fn is not None and not fn(queue, authority.user_id):
+        raise AuthorizationError(
+            f"{authority.user_id!r} may not submit to queue {queue!r} (refused by the queue "
+            "authorizer)."
+        )
+
+
+def _check_priority(priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidTaskOptions(f"priority must be an int, got {priority!r}.")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidTaskOptions(
+            f"priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}, got {priority}."
+        )
+    return priority
+
+
+def _check_run_after(run_after: object) -> datetime | None:
+    if run_after is None:
+        return None
+    if isinstance(run_after, timedelta):
+        return timezone.now() + run_after
+    if not isinstance(run_after, datetime):
+        raise InvalidTaskOptions(
+            f"run_after must be a datetime or a timedelta, got {type(run_after).__name__}."
+        )
+    if settings.USE_TZ and timezone.is_naive(run_after):
+        raise InvalidTaskOptions(
+            "run_after must be timezone-aware when USE_TZ is on; use django.utils.timezone.now() "
+            "+ timedelta(...)."
+        )
+    return run_after
+
+
+def _check_args(args: object) -> list[Any]:
+    if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence):
+        raise InvalidTaskOptions(f"args must be a list or tuple, got {type(args).__name__}.")
+    return to_json(list(args), "Task args")
+
+
+def _check_kwargs(kwargs: object) -> dict[str, Any]:
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise InvalidTaskOptions("kwargs must be a dict with string keys.")
+    return to_json(dict(kwargs), "Task kwargs")
+
+
+def _watcher_ids(authority: Authority, watchers: Sequence[Owner]) -> tuple[str, ...]:
+    if isinstance(watchers, str | Owner) or not isinstance(watchers, Iterable):
+        raise TypeError("watchers must be a list of Owner(...) objects.")
+    ids: list[str] = []
+    if isinstance(authority, Owner):
+        ids.append(authority.user_id)
+    for watcher in watchers:
+        if not isinstance(watcher, Owner):
+            raise TypeError(
+                f"watchers must be Owner(...) objects, got {type(watcher).__name__}; "
+                "System() already sees every task."
+            )
+        if watcher.user_id not in ids:
+            ids.append(watcher.user_id)
+    return tuple(ids)
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def get_task_status(
+    task_id: str, authority: Authority, *, store: WorkerStore | None = None
+) -> TaskInfo:
+    """Return the durable snapshot of a task the authority may see, else TaskNotFound."""
+    authority = check_authority(authority)
+    info = (store or default_store()).get_task_info(_check_id(task_id))
+    if info is None or not can_see(info, authority):
+        raise TaskNotFound(task_id)
+    return info
+
+
+def can_see(info: TaskInfo, authority: Authority) -> bool:
+    """Whether ``authority`` may read and cancel the task ``info`` describes."""
+    if not isinstance(authority, Owner):
+        return True
+    owner = owner_of(info.id)
+    return (owner is not None and owner == authority) or authority.user_id in info.watchers
+
+
+def get_all_tasks(
+    authority: Authority,
+    *,
+    status: TaskStatus | str | None = None,
+    queue: str | None = None,
+    offset: int = 0,
+    limit: int = 100,
+    store: WorkerStore | None = None,
+) -> list[TaskInfo]:
+    """The tasks the authority owns or watches (all for System), newest first."""
+    authority = check_authority(authority)
+    if status is not None:
+        try:
+            status = TaskStatus(status)
+        except ValueError:
+            raise InvalidTaskOptions(
+                f"status must be one of {', '.join(TaskStatus.values)}, got {status!r}."
+            ) from None
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise InvalidTaskOptions(f"offset must be an int >= 0, got {offset!r}.")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidTaskOptions(f"limit must be an int from 1 to {MAX_LIMIT}, got {limit!r}.")
+    return (store or default_store()).list_tasks(
+        user_id=user_id_of(authority), status=status, queue=queue, offset=offset, limit=limit
+    )
+
+
+def _check_id(task_id: object) -> str:
+    if not isinstance(task_id, str) or not task_id:
+        raise InvalidTaskKey(f"A task id must be a non-empty string, got {task_id!r}.")
+    return task_id
+
+
+# -- cancelling --------------------------------------------------------------------------
+
+#: How often cancel_task re-reads a record that a re-run replaced under it.
+_CANCEL_ATTEMPTS = 5
+
+
+def cancel_task(
+    task_id: str, authority: Authority, *, store: WorkerStore | None = None
+) -> TaskInfo:
+    """Cancel a task; return its new snapshot. TaskAlreadyFinished if it has ended.
+
+    A PENDING or WAITING task never runs. A RUNNING one is claimed CANCELLED
+    first (fenced on its run), then the run's token is set wherever it runs.
+    """
+    store = store or default_store()
+    for _ in range(_CANCEL_ATTEMPTS):
+        info = get_task_status(task_id, authority, store=store)
+        if info.is_finished:
+            raise TaskAlreadyFinished(task_id, info.status)
+        if store.try_transition(
+            task_id, info.run_id, LIVE_STATUSES, TaskStatus.CANCELLED, **cancelled_fields()
+        ):
+            if info.status == TaskStatus.RUNNING:
+                _deliver_cancel(store, info)
+            return get_task_status(task_id, authority, store=store)
+        # The record moved under us (it ended, or a re-run replaced it): look again.
+    raise TaskAlreadyFinished(task_id, "changing too fast to cancel")
+
+
+def cancelled_fields(reason: CancelReason = CancelReason.USER) -> dict[str, Any]:
+    """State fields of a task ended CANCELLED for ``reason``."""
+    message = cancel_message(reason)
+    failure = TaskFailure(f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}", message)
+    return {
+        "cancel_reason": reason,
+        "finished_at": timezone.now(),
+        "error": failure.to_json(),
+    }
+
+
+def _deliver_cancel(store: WorkerStore, info: TaskInfo) -> None:
+    from django_workers.runtime.registry import live_runs
+
+    if not live_runs.request_cancel(info.run_id, CancelReason.USER):
+        store.notify_cancelled(info.id, info.run_id)
+
+
+# -- progress ------------------------------------------------------------------------------
+
+
+def update_progress(info: TaskInfo, pct: float, *, store: WorkerStore | None = None) -> TaskInfo:
+    """Record ``pct`` (0-100) as the progress of the run ``info`` describes; return it updated.
+
+    The write is fenced on the run: a run that was cancelled, superseded or
+    has ended changes nothing. Inside a task, pass ``current_run()``.
+    """
+    if not isinstance(info, TaskInfo):
+        raise TypeError(
+            f"update_progress takes a TaskInfo (current_run()), got {type(info).__name__}."
+        )
+    if isinstance(pct, bool) or not isinstance(pct, int | float) or not math.isfinite(pct):
+        raise InvalidTaskOptions(f"progress must be a number from 0 to 100, got {pct!r}.")
+    if not 0 <= pct <= 100:
+        raise InvalidTaskOptions(f"progress must be from 0 to 100, got {pct}.")
+    from django_workers.runtime.registry import live_runs
+
+    handle = live_runs.get(info.run_id)
+    if handle is not None:
+        handle.report_progress(float(pct))
+    else:
+        (store or default_store()).try_transition(
+            info.id, info.run_id, [TaskStatus.RUNNING], TaskStatus.RUNNING, progress=float(pct)
+        )
+    return replace(info, progress=float(pct))

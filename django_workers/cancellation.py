@@ -1,0 +1,73 @@
+"""The cancellation token: why a run was asked to stop, first cause wins (SPEC §4.4).
+
+Nothing injects an exception into a running task. A run's token holds one
+reason; ``none`` means not cancelled. Only the runtime sets it, through
+``CancelToken._request`` (a compare-and-set from ``none``), so a shutdown that
+fires on every run cannot overwrite a person's earlier cancel. The stored
+message of a cancelled task is derived from the reason here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import threading
+from enum import StrEnum
+
+
+class CancelReason(StrEnum):
+    """Why a run was asked to stop."""
+
+    NONE = "none"
+    USER = "user"
+    TIMEOUT = "timeout"
+    SUPERSEDED = "superseded"
+    SHUTDOWN = "shutdown"
+
+
+def cancel_message(reason: CancelReason | str, timeout: float | None = None) -> str:
+    """Return the stored message for a cancel reason."""
+    reason = CancelReason(reason)
+    if reason is CancelReason.TIMEOUT:
+        return f"Timed out after {timeout:g} s" if timeout is not None else "Timed out"
+    return _MESSAGES[reason]
+
+
+_MESSAGES = {
+    CancelReason.NONE: "Not cancelled",
+    CancelReason.USER: "Cancelled by user",
+    CancelReason.SUPERSEDED: "Superseded by a re-run",
+    CancelReason.SHUTDOWN: "Cancelled by worker shutdown",
+}
+
+
+class CancelToken:
+    """A process-local flag with a reason, polled by the task; never reset."""
+
+    __slots__ = ("_event", "_lock", "_reason")
+
+    def __init__(self) -> None:
+        self._reason = CancelReason.NONE
+        self._lock = threading.Lock()
+        self._event = threading.Event()
+
+    @property
+    def reason(self) -> CancelReason:
+        return self._reason
+
+    @property
+    def requested(self) -> bool:
+        return self._reason is not CancelReason.NONE
+
+    def wait(self, timeout: float | None) -> bool:
+        """Block until the token is set or ``timeout`` passes; True if set."""
+        return self._event.wait(timeout)
+
+    def _request(self, reason: CancelReason) -> bool:
+        """Set the reason if none is set yet; True if this call set it. Runtime only."""
+        if reason is CancelReason.NONE:
+            raise ValueError("A cancel request needs a reason other than 'none'.")
+        with self._lock:
+            if self._reason is not CancelReason.NONE:
+                return False
+            self._reason = reason
+        self._event.set()
+        return True

@@ -1,0 +1,84 @@
+"""The one ``DJANGO_WORKERS`` settings dict, read lazily with documented defaults.
+
+``workers_settings.NAME`` reads ``settings.DJANGO_WORKERS["NAME"]`` or the
+default below; the cache is dropped on ``setting_changed`` so
+``override_settings`` works in tests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+DEFAULTS: dict[str, Any] = {
+    # Dotted path of the store every API call uses when no store= is given.
+    "STORE": "django_workers.stores.database.DatabaseWorkerStore",
+    # Database alias the database store writes to.
+    "DATABASE": "default",
+    # fn(queue_name, user_id) -> bool, dotted path; None disables the queue check.
+    "QUEUE_AUTHORIZER": None,
+    # fn(task_id, watchers, user_id) -> bool, dotted path; None denies cross-user joins.
+    "WATCH_AUTHORIZER": None,
+    # Per-queue settings: {"reports": {"concurrency": 1}}; concurrency is cluster-wide.
+    "QUEUES": {},
+    # Largest JSON result a run may store, in bytes.
+    "RESULT_MAX_BYTES": 64 * 1024,
+    # Seconds between worker heartbeats, and the lease after which a silent worker is dead.
+    "HEARTBEAT_INTERVAL": 5.0,
+    "LEASE_TIMEOUT": 30.0,
+    # Idle poll interval (seconds) where LISTEN/NOTIFY is not available.
+    "POLL_INTERVAL": 0.2,
+    # Minimum seconds between two stored progress writes of one run (0 = every write).
+    "PROGRESS_THROTTLE": 0.0,
+    # Default retry backoff: first wait, cap, in seconds.
+    "RETRY_BACKOFF": 1.0,
+    "RETRY_BACKOFF_MAX": 300.0,
+    # Seconds finished records are kept, per status; None keeps them forever.
+    "RETENTION": {"COMPLETED": 7 * 86400, "FAILED": 30 * 86400, "CANCELLED": 7 * 86400},
+    # Seconds between two cleanup passes, and rows deleted per batch.
+    "CLEANUP_INTERVAL": 300.0,
+    "CLEANUP_BATCH": 500,
+}
+
+
+class WorkersSettings:
+    """Attribute access to DJANGO_WORKERS with defaults."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, Any] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Unknown DJANGO_WORKERS setting {name!r}")
+        if name not in self._cache:
+            user = getattr(settings, "DJANGO_WORKERS", {}) or {}
+            self._cache[name] = user.get(name, DEFAULTS[name])
+        return self._cache[name]
+
+    def reload(self) -> None:
+        """Forget cached values so the next read sees the current settings."""
+        self._cache.clear()
+
+
+workers_settings = WorkersSettings()
+
+
+def queue_limits() -> dict[str, int]:
+    """Cluster-wide concurrency limits from DJANGO_WORKERS['QUEUES'] (name -> most at once)."""
+    return {
+        name: conf["concurrency"]
+        for name, conf in (workers_settings.QUEUES or {}).items()
+        if isinstance(conf, dict) and conf.get("concurrency")
+    }
+
+
+@receiver(setting_changed)
+def _reload_workers_settings(*, setting: str, **kwargs: Any) -> None:
+    if setting == "DJANGO_WORKERS":
+        workers_settings.reload()
+        from django_workers.stores import reset_default_store
+
+        reset_default_store()

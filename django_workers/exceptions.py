@@ -1,0 +1,118 @@
+"""Every refusal django-workers makes, as one exception hierarchy (SPEC §8).
+
+Each exception says what was wrong and how to fix it; data a caller may need
+is carried as attributes. Subclasses also derive from the built-in or Django
+exception whose meaning matches, so generic handlers keep working.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+
+
+class WorkersError(Exception):
+    """Base class of every django-workers error."""
+
+    code = "workers_error"
+
+
+class AuthorizationError(WorkersError, PermissionDenied):
+    """The authority given may not do this."""
+
+    code = "forbidden"
+
+
+class TaskNotFound(WorkersError, ObjectDoesNotExist, LookupError):
+    """No such task, or one the caller may not see (the two look the same)."""
+
+    code = "not_found"
+
+    def __init__(self, task_id: str) -> None:
+        self.task_id = task_id
+        super().__init__(
+            f"No task with id {task_id!r} is visible to this authority. Check the id "
+            "returned by submit_task (it is not the key you passed) and the authority."
+        )
+
+
+class TaskAlreadyFinished(WorkersError):
+    """The task has ended; it can no longer be cancelled."""
+
+    code = "already_finished"
+
+    def __init__(self, task_id: str, status: str) -> None:
+        self.task_id = task_id
+        self.status = status
+        super().__init__(
+            f"Task {task_id!r} has already ended ({status}); there is nothing to cancel."
+        )
+
+
+class InvalidTaskKey(WorkersError, ValueError):
+    """A task key, id, owner id or scope is malformed."""
+
+    code = "invalid_key"
+
+
+class InvalidTaskOptions(WorkersError, ValueError):
+    """A submit option (queue, priority, run_after, TaskOptions, paging) is out of range."""
+
+    code = "invalid_options"
+
+
+class TaskNotImportable(WorkersError, ValueError):
+    """The task callable cannot be referenced by a dotted path a worker can import."""
+
+    code = "not_importable"
+
+
+class ArgumentsNotSerializable(WorkersError, TypeError):
+    """Task arguments (or a result) cannot be stored as JSON."""
+
+    code = "not_serializable"
+
+
+class TaskTimeoutError(WorkersError, TimeoutError):
+    """A run outlived its TaskOptions(timeout=...)."""
+
+    code = "timeout"
+
+
+class TaskCancelled(WorkersError):
+    """The run's cancellation token was set; raised by info.raise_if_cancelled()."""
+
+    code = "cancelled"
+
+    def __init__(self, message: str = "Cancelled", reason: str = "user") -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+class WorkerLost(WorkersError):
+    """The worker running a task stopped heartbeating; the run was declared dead."""
+
+    code = "worker_lost"
+
+
+class WorkflowExists(WorkersError):
+    """A different workflow plan was already submitted under this id."""
+
+    code = "workflow_exists"
+
+
+class InvalidWorkflow(WorkersError, ValueError):
+    """A workflow plan is malformed."""
+
+    code = "invalid_workflow"
+
+
+class RemoteTaskError(WorkersError):
+    """A task ended FAILED or CANCELLED; carries its exception type, message and traceback."""
+
+    code = "remote_error"
+
+    def __init__(self, type_name: str, message: str, traceback: str = "") -> None:
+        self.type_name = type_name
+        self.message = message
+        self.traceback = traceback
+        super().__init__(f"{type_name}: {message}")

@@ -1,0 +1,147 @@
+"""The tables: task records, their watchers, and the worker processes that run them.
+
+Models hold data and named queries only; every state change goes through a
+store (``stores/database.py``) as a conditional update checked by row count.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from django_workers.authority import KEY_MAX_LENGTH, OWNER_MAX_LENGTH, TASK_ID_MAX_LENGTH
+from django_workers.cancellation import CancelReason
+from django_workers.info import TaskStatus
+
+
+class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
+    """Named queries over task records."""
+
+    def ready(self, queues: list[str] | None, now: datetime) -> TaskRecordQuerySet:
+        """Pending tasks whose run_after has passed, in claim order."""
+        qs = self.filter(status=TaskStatus.PENDING).filter(
+            Q(run_after__isnull=True) | Q(run_after__lte=now)
+        )
+        if queues:
+            qs = qs.filter(queue__in=queues)
+        return qs.order_by("-priority", "created_at", "id")
+
+    def visible_to(self, user_id: str | None) -> TaskRecordQuerySet:
+        """Tasks a user owns or watches; every task for None (System)."""
+        if user_id is None:
+            return self
+        watched = TaskWatcher.objects.filter(user_id=user_id).values("task_id")
+        return self.filter(Q(owner=user_id) | Q(id__in=watched))
+
+    def newest_first(self) -> TaskRecordQuerySet:
+        return self.order_by("-created_at", "-id")
+
+
+class TaskRecord(models.Model):
+    """One task id and the state of its current run."""
+
+    id = models.CharField(primary_key=True, max_length=TASK_ID_MAX_LENGTH)
+    key = models.CharField(max_length=KEY_MAX_LENGTH)
+    # The owner half of a user-scoped id (derived, never edited); null for global ids.
+    owner = models.CharField(max_length=OWNER_MAX_LENGTH, null=True, blank=True)
+    scope = models.CharField(max_length=8, default="user")
+    task_path = models.CharField(max_length=300)
+    args = models.JSONField(default=list, blank=True)
+    kwargs = models.JSONField(default=dict, blank=True)
+    queue = models.CharField(max_length=100, default="default")
+    priority = models.SmallIntegerField(default=0)
+    run_after = models.DateTimeField(null=True, blank=True)
+    options = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=10, choices=TaskStatus.choices, default=TaskStatus.PENDING)
+    progress = models.FloatField(default=0.0)
+    attempts = models.PositiveIntegerField(default=0)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    cancel_reason = models.CharField(
+        max_length=12,
+        choices=[(r.value, r.value) for r in CancelReason],
+        default=CancelReason.NONE,
+    )
+    # Identity of the current run: terminal writes are fenced on it.
+    run_id = models.CharField(max_length=32)
+    worker_id = models.CharField(max_length=64, null=True, blank=True)
+    workflow = models.CharField(max_length=200, null=True, blank=True)
+    node = models.CharField(max_length=64, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TaskRecordQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "task"
+        ordering = ("-created_at", "-id")
+        indexes = (
+            # The claim: pending tasks of a queue by priority then age.
+            models.Index(
+                fields=("status", "queue", "-priority", "created_at"), name="workers_task_claim"
+            ),
+            # Listing an owner's tasks newest first.
+            models.Index(fields=("owner", "-created_at"), name="workers_task_owner"),
+            models.Index(fields=("-created_at", "-id"), name="workers_task_created"),
+            # Zombie sweeps and cancel delivery look runs up by worker.
+            models.Index(fields=("worker_id", "status"), name="workers_task_worker"),
+            # Retention deletes finished tasks by age.
+            models.Index(fields=("status", "finished_at"), name="workers_task_finished"),
+        )
+        permissions = (("manage_all_tasks", "Can see and cancel every task"),)
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+
+class TaskWatcher(models.Model):
+    """An identity (besides the owner) that may read, list and cancel a task."""
+
+    task = models.ForeignKey(TaskRecord, on_delete=models.CASCADE, related_name="watcher_rows")
+    user_id = models.CharField(max_length=OWNER_MAX_LENGTH)
+
+    class Meta:
+        constraints = (
+            models.UniqueConstraint(fields=("task", "user_id"), name="workers_watcher_unique"),
+        )
+        indexes = (models.Index(fields=("user_id",), name="workers_watcher_user"),)
+
+    def __str__(self) -> str:
+        return f"{self.user_id} watches {self.task_id}"
+
+
+class WorkerProcess(models.Model):
+    """A running runtime's lease: it is alive while its heartbeat is fresh."""
+
+    id = models.CharField(primary_key=True, max_length=64)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list, blank=True)
+    concurrency = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField(default=timezone.now)
+    heartbeat_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "worker process"
+        indexes = (models.Index(fields=("heartbeat_at",), name="workers_process_heartbeat"),)
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.pid}"
+
+
+class QueueLock(models.Model):
+    """One row per concurrency-limited queue, locked while claiming from it."""
+
+    name = models.CharField(primary_key=True, max_length=100)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def record_fields() -> list[str]:
+    """Columns a TaskInfo is built from (watchers come from their own table)."""
+    return [f.attname for f in TaskRecord._meta.concrete_fields]

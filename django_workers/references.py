@@ -1,0 +1,97 @@
+"""Tasks by dotted path, and arguments and results as JSON (SPEC §4.1).
+
+A worker in another process finds a task by importing its dotted path, so
+only module-level functions (plain, or Django ``@task`` objects) qualify.
+Values cross the database as JSON; anything else is refused before a write.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Callable
+from typing import Any
+
+from django.core.serializers.json import DjangoJSONEncoder
+from django.tasks import Task
+from django.utils.module_loading import import_string
+
+from django_workers.exceptions import ArgumentsNotSerializable, TaskNotImportable
+
+TaskRef = str | Callable[..., Any] | Task
+
+
+def task_path(task: TaskRef) -> str:
+    """Return the dotted path a worker imports to run ``task``, or raise TaskNotImportable."""
+    if isinstance(task, str):
+        resolve(task)
+        return task
+    if isinstance(task, Task):
+        func = task.func
+        path = task.module_path
+    elif callable(task):
+        func = task
+        path = f"{getattr(task, '__module__', '?')}.{getattr(task, '__qualname__', '?')}"
+    else:
+        raise TaskNotImportable(
+            f"A task must be a module-level function, a Django @task, or a dotted path; "
+            f"got {type(task).__name__}."
+        )
+    _refuse_unimportable(func, path)
+    return path
+
+
+def _refuse_unimportable(func: Callable[..., Any], path: str) -> None:
+    if inspect.ismethod(func):
+        raise TaskNotImportable(
+            f"{path} is a bound method; a worker cannot rebuild its instance. "
+            "Use a module-level function and pass the data it needs as arguments."
+        )
+    name = getattr(func, "__qualname__", "")
+    if name == "<lambda>" or "<lambda>" in name:
+        raise TaskNotImportable(
+            "A lambda has no importable name; define the task as a module-level function."
+        )
+    if "<locals>" in name:
+        raise TaskNotImportable(
+            f"{path} is defined inside another function (a closure); a worker cannot import "
+            "it. Move it to module level and pass captured values as arguments."
+        )
+    target = resolve(path)
+    if target is not func and getattr(target, "func", None) is not func:
+        raise TaskNotImportable(
+            f"{path} does not import back to this function (is it shadowed or decorated?); "
+            "submit the module-level object itself."
+        )
+
+
+def resolve(path: str) -> Callable[..., Any] | Task:
+    """Import a task by dotted path: a function or a Django Task, else TaskNotImportable."""
+    try:
+        target = import_string(path)
+    except ImportError as e:
+        raise TaskNotImportable(
+            f"Cannot import task {path!r}: {e}. Give the full dotted path of a module-level "
+            "function, e.g. 'myapp.tasks.send_report'."
+        ) from e
+    if not callable(target) and not isinstance(target, Task):
+        raise TaskNotImportable(f"{path!r} imports a {type(target).__name__}, not a function.")
+    return target
+
+
+def to_json(value: Any, what: str) -> Any:
+    """Return ``value`` as it reads back from JSON, or raise ArgumentsNotSerializable."""
+    try:
+        text = json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise ArgumentsNotSerializable(
+            f"{what} must be JSON-serializable (Django's DjangoJSONEncoder range: str, numbers, "
+            f"bool, None, lists, dicts with string keys, dates, UUIDs, Decimals): {e}. Pass ids "
+            "or plain data instead of objects."
+        ) from e
+    return json.loads(text)
+
+
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` encoded as stored JSON (UTF-8)."""
+    return len(json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False).encode())

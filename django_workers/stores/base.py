@@ -1,0 +1,304 @@
+"""The store contract: what every store answers about task records (SPEC §2, §4.2).
+
+A store answers "what does the record say?". It holds data and two policy
+hooks (the queue and watch authorizers) and owns nothing that runs: no
+thread, no queue, no scheduler, no run handle. Every write below is one
+conditional statement or one transaction whose precondition is checked by the
+store itself, never "read, decide in Python, write" by its caller.
+
+Two implementations behave identically: ``DatabaseWorkerStore`` (Django ORM)
+and ``InMemoryWorkerStore`` (volatile, thread-safe). One contract test body
+runs against both.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from django_workers.cancellation import CancelReason
+from django_workers.info import TaskInfo, TaskStatus
+
+QueueAuthorizer = Callable[[str, str], bool]
+WatchAuthorizer = Callable[[str, tuple[str, ...], str], bool]
+
+
+class _AnyRun:
+    """The named opt-out of the run_id fence; see ``ANY_RUN``."""
+
+    def __repr__(self) -> str:
+        return "ANY_RUN"
+
+
+#: Pass as ``run_id`` to address a task's record whatever run it holds.
+ANY_RUN: Final = _AnyRun()
+
+RunId = str | _AnyRun
+
+#: Fields ``set_task_state`` may write: state, never identity (watchers, run_id).
+STATE_FIELDS: Final = frozenset(
+    {
+        "status",
+        "progress",
+        "result",
+        "error",
+        "cancel_reason",
+        "attempts",
+        "started_at",
+        "finished_at",
+        "run_after",
+        "worker_id",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewTask:
+    """A record to write: a first submit, or the re-run that replaces a finished one."""
+
+    id: str
+    key: str
+    owner: str | None
+    scope: str
+    task_path: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue: str
+    priority: int
+    run_after: datetime | None
+    options: dict[str, Any]
+    run_id: str
+    created_at: datetime
+    # Identities granted read/list/cancel besides the owner derived from the id.
+    watchers: tuple[str, ...] = ()
+    status: TaskStatus = TaskStatus.PENDING
+    workflow: str | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Submitted:
+    """What a submit did: ``created`` a run (first or re-run) or joined a live one."""
+
+    id: str
+    run_id: str
+    created: bool
+    replaced_run_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunEnd:
+    """The terminal write of one run, fenced on ``run_id``."""
+
+    task_id: str
+    run_id: str
+    worker_id: str
+    status: TaskStatus
+    finished_at: datetime
+    result: Any = None
+    error: dict[str, str] | None = None
+    cancel_reason: CancelReason = CancelReason.NONE
+    progress: float | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerRegistration:
+    """The lease row of one runtime."""
+
+    id: str
+    host: str
+    pid: int
+    queues: tuple[str, ...]
+    concurrency: int
+    started_at: datetime
+    heartbeat_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A zombie run the sweep ended or put back in its queue."""
+
+    task_id: str
+    run_id: str
+    status: TaskStatus
+
+
+@dataclass(slots=True)
+class _Policy:
+    queue_authorizer: QueueAuthorizer | None = None
+    watch_authorizer: WatchAuthorizer | None = None
+
+
+class WorkerStore(abc.ABC):
+    """Data access plus policy hooks; see the module docstring."""
+
+    #: True when records outlive this process (another process may run them).
+    durable: bool = False
+
+    def __init__(
+        self,
+        *,
+        queue_authorizer: QueueAuthorizer | None = None,
+        watch_authorizer: WatchAuthorizer | None = None,
+    ) -> None:
+        self._policy = _Policy(queue_authorizer, watch_authorizer)
+
+    # -- policy hooks ---------------------------------------------------------
+
+    @property
+    def queue_authorizer(self) -> QueueAuthorizer | None:
+        """``fn(queue_name, user_id) -> bool`` consulted on every Owner submit."""
+        return self._policy.queue_authorizer
+
+    @property
+    def watch_authorizer(self) -> WatchAuthorizer | None:
+        """``fn(task_id, watchers, user_id) -> bool`` for joining a task one does not watch."""
+        return self._policy.watch_authorizer
+
+    def set_queue_authorizer(self, fn: QueueAuthorizer | None) -> None:
+        """Replace the queue authorizer; None disables the queue check."""
+        self._policy.queue_authorizer = fn
+
+    def set_watch_authorizer(self, fn: WatchAuthorizer | None) -> None:
+        """Replace the watch authorizer; None denies every cross-user join."""
+        self._policy.watch_authorizer = fn
+
+    # -- submitting ------------------------------------------------------------
+
+    @abc.abstractmethod
+    def submit(self, new: NewTask, caller: str | None) -> Submitted:
+        """Insert ``new``, join the live task under its id, or re-run a finished one, atomically.
+
+        ``caller`` is the submitting user id, None for System. A caller who does
+        not watch an existing id is let in only by the watch authorizer, else
+        AuthorizationError and nothing is written.
+        """
+
+    def submit_many(self, news: Sequence[NewTask], caller: str | None) -> list[Submitted]:
+        """Submit several tasks; stores write new ones in one statement where they can."""
+        return [self.submit(new, caller) for new in news]
+
+    @abc.abstractmethod
+    def replace_task(self, new: NewTask) -> None:
+        """Overwrite a record whole (new run_id, watchers reset). Only a re-run calls this."""
+
+    @abc.abstractmethod
+    def add_watcher(self, task_id: str, user_id: str) -> bool:
+        """Grant ``user_id`` access without duplicating or clobbering; True if newly added."""
+
+    # -- reading ----------------------------------------------------------------
+
+    @abc.abstractmethod
+    def get_task_info(self, task_id: str) -> TaskInfo | None:
+        """The durable snapshot of a record, or None. Never a live object."""
+
+    @abc.abstractmethod
+    def list_tasks(
+        self,
+        *,
+        user_id: str | None,
+        status: TaskStatus | None = None,
+        queue: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[TaskInfo]:
+        """Tasks ``user_id`` owns or watches (all for None), newest first, then by id."""
+
+    # -- state changes ------------------------------------------------------------
+
+    @abc.abstractmethod
+    def try_transition(
+        self,
+        task_id: str,
+        run_id: RunId,
+        from_states: Iterable[TaskStatus],
+        to_state: TaskStatus,
+        **fields: Any,
+    ) -> bool:
+        """Move the task to ``to_state`` if it is in ``from_states`` and holds ``run_id``."""
+
+    @abc.abstractmethod
+    def set_task_state(self, task_id: str, run_id: RunId, **fields: Any) -> bool:
+        """Write state fields (``STATE_FIELDS``) of the run ``run_id``; never watchers or run_id."""
+
+    # -- the runtime's questions ----------------------------------------------------
+
+    @abc.abstractmethod
+    def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: datetime,
+        queue_limits: Mapping[str, int] | None = None,
+    ) -> list[TaskInfo]:
+        """Mark up to ``limit`` ready tasks RUNNING for ``worker_id`` and return them.
+
+        Highest priority first, then oldest; ``run_after`` respected; per-queue
+        concurrency limits (``queue_limits``: name -> most RUNNING at once)
+        hold across every worker sharing the store. A claim counts an attempt.
+        """
+
+    @abc.abstractmethod
+    def finish_runs(self, ends: Sequence[RunEnd]) -> list[bool]:
+        """Write the terminal state of several runs in one transaction, each fenced on its run.
+
+        A run's end applies only while the record is RUNNING under that run_id
+        and worker (a cancel that already claimed it, a re-run, or a zombie
+        sweep wins instead).
+
+        Returns, per end, whether it won its fence. This transaction is where a
+        workflow promotes the dependents of a node that ended.
+        """
+
+    @abc.abstractmethod
+    def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
+        """Which of ``worker_id``'s runs (task id -> run id) must stop, and why.
+
+        A run whose record was cancelled answers its stored reason; one whose
+        record now holds another run, or no longer names this worker, answers
+        ``superseded``. Runs that may go on are left out.
+        """
+
+    @abc.abstractmethod
+    def register_worker(self, worker: WorkerRegistration) -> None:
+        """Create the lease row of a runtime."""
+
+    @abc.abstractmethod
+    def heartbeat(self, worker_id: str, now: datetime) -> bool:
+        """Renew a lease; False if the row is gone (the worker was declared dead)."""
+
+    @abc.abstractmethod
+    def remove_worker(self, worker_id: str) -> None:
+        """Delete a lease row (clean exit)."""
+
+    @abc.abstractmethod
+    def list_workers(self) -> list[WorkerRegistration]:
+        """Every registered runtime."""
+
+    @abc.abstractmethod
+    def recover_zombies(
+        self, *, lease_timeout: float, now: datetime, dead: Iterable[str] = ()
+    ) -> list[Recovered]:
+        """End or requeue the RUNNING runs of dead workers; never a live worker's.
+
+        Dead: a lease older than ``lease_timeout``, an id in ``dead`` (a same-host
+        pid that is gone), or no lease row at all. A run with retries left goes
+        back to PENDING, others end FAILED "Worker lost".
+        """
+
+    @abc.abstractmethod
+    def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
+        """Delete up to ``batch`` records of ``status`` that finished before ``before``."""
+
+    def notify_enqueued(self, queues: Iterable[str]) -> None:  # noqa: B027
+        """Tell idle workers that these queues have new work (a no-op without LISTEN/NOTIFY)."""
+
+    def notify_cancelled(self, task_id: str, run_id: str) -> None:  # noqa: B027
+        """Tell the worker running ``run_id`` to stop (a no-op without LISTEN/NOTIFY)."""
+
+    def clear_records(self) -> None:  # noqa: B027
+        """Forget every record; volatile stores only, a no-op on durable ones."""

@@ -1,0 +1,369 @@
+"""``DatabaseWorkerStore``: the store contract on the Django ORM (the default store).
+
+Every write is one conditional UPDATE checked by row count, or one short
+transaction that locks what it decides on (``select_for_update``; SKIP LOCKED
+when claiming). No transaction here ever spans user code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, connections, transaction
+from django.db.models import F, Q
+
+from django_workers.cancellation import CancelReason
+from django_workers.conf import workers_settings
+from django_workers.info import LIVE_STATUSES, TaskInfo, TaskStatus
+from django_workers.models import QueueLock, TaskRecord, TaskWatcher, WorkerProcess, record_fields
+from django_workers.stores import rows
+from django_workers.stores.base import (
+    ANY_RUN,
+    NewTask,
+    Recovered,
+    RunEnd,
+    RunId,
+    Submitted,
+    WorkerRegistration,
+    WorkerStore,
+)
+
+#: The columns a TaskInfo is built from, read with .values() (no model instances).
+COLUMNS = tuple(record_fields())
+
+
+class DatabaseWorkerStore(WorkerStore):
+    """Task records in the site's database, shared by every process that reaches it."""
+
+    durable = True
+
+    def __init__(self, using: str | None = None, **policy: Any) -> None:
+        super().__init__(**policy)
+        self._using = using
+
+    @property
+    def using(self) -> str:
+        """The database alias this store reads and writes."""
+        return self._using or workers_settings.DATABASE
+
+    @property
+    def vendor(self) -> str:
+        return connections[self.using].vendor
+
+    def _records(self) -> Any:
+        return TaskRecord.objects.using(self.using)
+
+    def _watchers(self) -> Any:
+        return TaskWatcher.objects.using(self.using)
+
+    def _atomic(self) -> Any:
+        return transaction.atomic(using=self.using)
+
+    # -- submitting ----------------------------------------------------------------------
+
+    def submit(self, new: NewTask, caller: str | None) -> Submitted:
+        with self._atomic():
+            row = self._lock_row(new.id)
+            if row is None:
+                try:
+                    with self._atomic():
+                        self._insert([new])
+                    return Submitted(new.id, new.run_id, created=True)
+                except IntegrityError:
+                    # Another submit inserted this id since our read; decide against it.
+                    row = self._lock_row(new.id)
+                    if row is None:
+                        raise
+            return self._resubmit(new, caller, row)
+
+    def submit_many(self, news: Sequence[NewTask], caller: str | None) -> list[Submitted]:
+        ids = [new.id for new in news]
+        if len(set(ids)) != len(ids):
+            return super().submit_many(news, caller)
+        try:
+            with self._atomic():
+                if self._records().filter(pk__in=ids).exists():
+                    raise _Collision
+                self._insert(news)
+        except (_Collision, IntegrityError):
+            return super().submit_many(news, caller)
+        return [Submitted(new.id, new.run_id, created=True) for new in news]
+
+    def _lock_row(self, task_id: str) -> dict[str, Any] | None:
+        return (
+            self._records()
+            .select_for_update()
+            .filter(pk=task_id)
+            .values("status", "run_id")
+            .first()
+        )
+
+    def _grants(self, task_id: str) -> list[str]:
+        return list(self._watchers().filter(task_id=task_id).values_list("user_id", flat=True))
+
+    def _resubmit(self, new: NewTask, caller: str | None, row: dict[str, Any]) -> Submitted:
+        grants = self._grants(new.id)
+        joining = not rows.watches(new.id, caller, grants)
+        if joining:
+            rows.authorize_join(new.id, caller, grants, self.watch_authorizer)  # type: ignore[arg-type]
+        if row["status"] in LIVE_STATUSES:
+            if joining:
+                self.add_watcher(new.id, caller)  # type: ignore[arg-type]
+            return Submitted(new.id, row["run_id"], created=False)
+        self.replace_task(new)
+        return Submitted(new.id, new.run_id, created=True, replaced_run_id=row["run_id"])
+
+    def _insert(self, news: Sequence[NewTask]) -> None:
+        self._records().bulk_create([TaskRecord(**rows.row_of(new)) for new in news])
+        self._grant(news)
+
+    def _grant(self, news: Sequence[NewTask]) -> None:
+        grants = [TaskWatcher(task_id=n.id, user_id=u) for n in news for u in rows.grants_of(n)]
+        if grants:
+            self._watchers().bulk_create(grants)
+
+    def replace_task(self, new: NewTask) -> None:
+        row = rows.row_of(new)
+        with self._atomic():
+            self._records().filter(pk=new.id).update(**{k: v for k, v in row.items() if k != "id"})
+            self._watchers().filter(task_id=new.id).delete()
+            self._grant([new])
+
+    def add_watcher(self, task_id: str, user_id: str) -> bool:
+        try:
+            with self._atomic():
+                self._watchers().create(task_id=task_id, user_id=user_id)
+        except IntegrityError:
+            return False  # already watching (unique constraint), or no such task (foreign key)
+        return True
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def get_task_info(self, task_id: str) -> TaskInfo | None:
+        row = self._records().filter(pk=task_id).values(*COLUMNS).first()
+        return None if row is None else rows.info_of(row, self._grants(task_id))
+
+    def list_tasks(
+        self,
+        *,
+        user_id: str | None,
+        status: TaskStatus | None = None,
+        queue: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[TaskInfo]:
+        qs = self._records().visible_to(user_id)
+        if status is not None:
+            qs = qs.filter(status=status)
+        if queue is not None:
+            qs = qs.filter(queue=queue)
+        found = list(qs.newest_first().values(*COLUMNS)[offset : offset + limit])
+        return self._infos(found)
+
+    def _infos(self, found: list[dict[str, Any]]) -> list[TaskInfo]:
+        grants: dict[str, list[str]] = {}
+        if found:
+            pairs = self._watchers().filter(task_id__in=[r["id"] for r in found])
+            for task_id, user_id in pairs.values_list("task_id", "user_id"):
+                grants.setdefault(task_id, []).append(user_id)
+        return [rows.info_of(row, grants.get(row["id"], ())) for row in found]
+
+    # -- state changes -------------------------------------------------------------------------
+
+    def try_transition(
+        self,
+        task_id: str,
+        run_id: RunId,
+        from_states: Iterable[TaskStatus],
+        to_state: TaskStatus,
+        **fields: Any,
+    ) -> bool:
+        rows.check_state_fields(fields)
+        qs = self._fenced(task_id, run_id).filter(status__in=list(from_states))
+        return qs.update(status=to_state, **fields) == 1
+
+    def set_task_state(self, task_id: str, run_id: RunId, **fields: Any) -> bool:
+        rows.check_state_fields(fields)
+        return self._fenced(task_id, run_id).update(**fields) == 1
+
+    def _fenced(self, task_id: str, run_id: RunId) -> Any:
+        qs = self._records().filter(pk=task_id)
+        return qs if run_id is ANY_RUN else qs.filter(run_id=run_id)
+
+    # -- the runtime's questions -------------------------------------------------------------
+
+    def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: datetime,
+        queue_limits: Mapping[str, int] | None = None,
+    ) -> list[TaskInfo]:
+        if limit <= 0:
+            return []
+        with self._atomic():
+            free = self._lock_limited_queues(queues, queue_limits or {})
+            ready = self._records().ready(list(queues) if queues else None, now)
+            full = [name for name, slots in free.items() if slots <= 0]
+            if full:
+                ready = ready.exclude(queue__in=full)
+            if connections[self.using].features.has_select_for_update_skip_locked:
+                ready = ready.select_for_update(skip_locked=True)
+            ids = _within_limits(list(ready.values_list("id", "queue")[:limit]), free)
+            if not ids:
+                return []
+            self._records().filter(pk__in=ids, status=TaskStatus.PENDING).update(
+                status=TaskStatus.RUNNING,
+                worker_id=worker_id,
+                started_at=now,
+                attempts=F("attempts") + 1,
+            )
+            found = self._records().filter(
+                pk__in=ids, status=TaskStatus.RUNNING, worker_id=worker_id, started_at=now
+            )
+            claimed = list(found.values(*COLUMNS))
+        claimed.sort(key=lambda r: (-r["priority"], r["created_at"], r["id"]))
+        return self._infos(claimed)
+
+    def _lock_limited_queues(
+        self, queues: Sequence[str] | None, queue_limits: Mapping[str, int]
+    ) -> dict[str, int]:
+        """Lock the rows of the limited queues served and return their free slots."""
+        limited = sorted(q for q in queue_limits if not queues or q in queues)
+        if not limited:
+            return {}
+        locks = QueueLock.objects.using(self.using)
+        if locks.filter(name__in=limited).count() < len(limited):
+            locks.bulk_create([QueueLock(name=q) for q in limited], ignore_conflicts=True)
+        # Locked in name order, so two claimers never wait on each other in a cycle.
+        list(locks.select_for_update().filter(name__in=limited).order_by("name"))
+        running = (
+            self._records()
+            .filter(status=TaskStatus.RUNNING, queue__in=limited)
+            .values_list("queue", flat=True)
+        )
+        free = {q: queue_limits[q] for q in limited}
+        for q in running:
+            free[q] -= 1
+        return free
+
+    def finish_runs(self, ends: Sequence[RunEnd]) -> list[bool]:
+        with self._atomic():
+            won = [
+                self._records()
+                .filter(
+                    pk=end.task_id,
+                    run_id=end.run_id,
+                    worker_id=end.worker_id,
+                    status=TaskStatus.RUNNING,
+                )
+                .update(**rows.end_fields(end))
+                == 1
+                for end in ends
+            ]
+            # Extension point: workflow promotion of the dependents of the runs that
+            # won belongs here, inside this same transaction (SPEC §6).
+            return won
+
+    def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
+        if not runs:
+            return {}
+        found = {
+            r["id"]: r
+            for r in self._records()
+            .filter(pk__in=list(runs))
+            .values("id", "run_id", "status", "cancel_reason", "worker_id")
+        }
+        return {
+            task_id: reason
+            for task_id, run_id in runs.items()
+            if (reason := rows.stop_reason(found.get(task_id), worker_id, run_id))
+        }
+
+    def register_worker(self, worker: WorkerRegistration) -> None:
+        WorkerProcess.objects.using(self.using).update_or_create(
+            id=worker.id,
+            defaults={
+                "host": worker.host,
+                "pid": worker.pid,
+                "queues": list(worker.queues),
+                "concurrency": worker.concurrency,
+                "started_at": worker.started_at,
+                "heartbeat_at": worker.heartbeat_at,
+            },
+        )
+
+    def heartbeat(self, worker_id: str, now: datetime) -> bool:
+        workers = WorkerProcess.objects.using(self.using)
+        return workers.filter(pk=worker_id).update(heartbeat_at=now) == 1
+
+    def remove_worker(self, worker_id: str) -> None:
+        WorkerProcess.objects.using(self.using).filter(pk=worker_id).delete()
+
+    def list_workers(self) -> list[WorkerRegistration]:
+        return [
+            WorkerRegistration(
+                id=w.id,
+                host=w.host,
+                pid=w.pid,
+                queues=tuple(w.queues),
+                concurrency=w.concurrency,
+                started_at=w.started_at,
+                heartbeat_at=w.heartbeat_at,
+            )
+            for w in WorkerProcess.objects.using(self.using).order_by("started_at")
+        ]
+
+    def recover_zombies(
+        self, *, lease_timeout: float, now: datetime, dead: Iterable[str] = ()
+    ) -> list[Recovered]:
+        cutoff = now - timedelta(seconds=lease_timeout)
+        workers = WorkerProcess.objects.using(self.using)
+        recovered = []
+        with self._atomic():
+            workers.filter(Q(heartbeat_at__lt=cutoff) | Q(pk__in=list(dead))).delete()
+            zombies = (
+                self._records()
+                .filter(status=TaskStatus.RUNNING)
+                .exclude(worker_id__in=workers.values("id"))
+                .values("id", "run_id", "worker_id", "attempts", "options")
+            )
+            for row in zombies:
+                fields = rows.zombie_fields(row, now)
+                fenced = self._records().filter(
+                    pk=row["id"],
+                    run_id=row["run_id"],
+                    worker_id=row["worker_id"],
+                    status=TaskStatus.RUNNING,
+                )
+                if fenced.update(**fields) == 1:
+                    recovered.append(Recovered(row["id"], row["run_id"], fields["status"]))
+        return recovered
+
+    def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
+        doomed = self._records().filter(status=status, finished_at__lt=before)
+        ids = list(doomed.values_list("id", flat=True)[:batch])
+        if not ids:
+            return 0
+        with self._atomic():
+            self._watchers().filter(task_id__in=ids).delete()
+            return self._records().filter(pk__in=ids, status=status)._raw_delete(self.using)
+
+
+class _Collision(Exception):
+    """A bulk submit met an existing id; fall back to one submit per task."""
+
+
+def _within_limits(candidates: list[tuple[str, str]], free: dict[str, int]) -> list[str]:
+    """Keep candidates in order while their limited queue still has a free slot."""
+    ids = []
+    for task_id, queue in candidates:
+        if queue in free:
+            if free[queue] <= 0:
+                continue
+            free[queue] -= 1
+        ids.append(task_id)
+    return ids

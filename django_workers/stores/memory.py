@@ -1,0 +1,265 @@
+"""``InMemoryWorkerStore``: the store contract in one process's memory, thread-safe.
+
+Records live in dicts guarded by one lock; every intent runs whole under it,
+so each is as atomic as the database store's transaction. Nothing survives
+the process, so a runtime over this store runs in the same process.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from django_workers.cancellation import CancelReason
+from django_workers.info import LIVE_STATUSES, TaskInfo, TaskStatus
+from django_workers.stores import rows
+from django_workers.stores.base import (
+    ANY_RUN,
+    NewTask,
+    Recovered,
+    RunEnd,
+    RunId,
+    Submitted,
+    WorkerRegistration,
+    WorkerStore,
+)
+
+
+class InMemoryWorkerStore(WorkerStore):
+    """Volatile records for tests, scripts and sites that want no persistence."""
+
+    durable = False
+
+    def __init__(self, **policy: Any) -> None:
+        super().__init__(**policy)
+        self._lock = threading.RLock()
+        self._rows: dict[str, dict[str, Any]] = {}
+        self._grants: dict[str, list[str]] = {}
+        self._workers: dict[str, WorkerRegistration] = {}
+
+    # -- submitting ----------------------------------------------------------------
+
+    def submit(self, new: NewTask, caller: str | None) -> Submitted:
+        with self._lock:
+            row = self._rows.get(new.id)
+            if row is None:
+                self._insert(new)
+                return Submitted(new.id, new.run_id, created=True)
+            grants = self._grants[new.id]
+            joining = not rows.watches(new.id, caller, grants)
+            if joining:
+                rows.authorize_join(new.id, caller, grants, self.watch_authorizer)  # type: ignore[arg-type]
+            if row["status"] in LIVE_STATUSES:
+                if joining:
+                    self.add_watcher(new.id, caller)  # type: ignore[arg-type]
+                return Submitted(new.id, row["run_id"], created=False)
+            old_run = row["run_id"]
+            self.replace_task(new)
+            return Submitted(new.id, new.run_id, created=True, replaced_run_id=old_run)
+
+    def replace_task(self, new: NewTask) -> None:
+        with self._lock:
+            self._insert(new)
+
+    def _insert(self, new: NewTask) -> None:
+        self._rows[new.id] = rows.row_of(new)
+        self._grants[new.id] = rows.grants_of(new)
+
+    def add_watcher(self, task_id: str, user_id: str) -> bool:
+        with self._lock:
+            grants = self._grants.get(task_id)
+            if grants is None or user_id in grants:
+                return False
+            grants.append(user_id)
+            return True
+
+    # -- reading --------------------------------------------------------------------
+
+    def get_task_info(self, task_id: str) -> TaskInfo | None:
+        with self._lock:
+            row = self._rows.get(task_id)
+            return None if row is None else self._info(row)
+
+    def _info(self, row: dict[str, Any]) -> TaskInfo:
+        return rows.info_of(copy.deepcopy(row), list(self._grants[row["id"]]))
+
+    def list_tasks(
+        self,
+        *,
+        user_id: str | None,
+        status: TaskStatus | None = None,
+        queue: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[TaskInfo]:
+        with self._lock:
+            found = [
+                row
+                for row in self._rows.values()
+                if (user_id is None or rows.watches(row["id"], user_id, self._grants[row["id"]]))
+                and (status is None or row["status"] == status)
+                and (queue is None or row["queue"] == queue)
+            ]
+            found.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
+            return [self._info(row) for row in found[offset : offset + limit]]
+
+    # -- state changes -----------------------------------------------------------------
+
+    def try_transition(
+        self,
+        task_id: str,
+        run_id: RunId,
+        from_states: Iterable[TaskStatus],
+        to_state: TaskStatus,
+        **fields: Any,
+    ) -> bool:
+        rows.check_state_fields(fields)
+        with self._lock:
+            row = self._rows.get(task_id)
+            if row is None or row["status"] not in set(from_states):
+                return False
+            if run_id is not ANY_RUN and row["run_id"] != run_id:
+                return False
+            row.update(fields, status=to_state)
+            return True
+
+    def set_task_state(self, task_id: str, run_id: RunId, **fields: Any) -> bool:
+        rows.check_state_fields(fields)
+        with self._lock:
+            row = self._rows.get(task_id)
+            if row is None or (run_id is not ANY_RUN and row["run_id"] != run_id):
+                return False
+            row.update(fields)
+            return True
+
+    # -- the runtime's questions ---------------------------------------------------------
+
+    def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: datetime,
+        queue_limits: Mapping[str, int] | None = None,
+    ) -> list[TaskInfo]:
+        with self._lock:
+            free = self._free_slots(queue_limits or {})
+            ready = sorted(
+                (
+                    row
+                    for row in self._rows.values()
+                    if row["status"] == TaskStatus.PENDING
+                    and (not queues or row["queue"] in queues)
+                    and (row["run_after"] is None or row["run_after"] <= now)
+                ),
+                key=lambda r: (-r["priority"], r["created_at"], r["id"]),
+            )
+            claimed = []
+            for row in ready:
+                if len(claimed) >= limit:
+                    break
+                if row["queue"] in free:
+                    if free[row["queue"]] <= 0:
+                        continue
+                    free[row["queue"]] -= 1
+                row.update(
+                    status=TaskStatus.RUNNING,
+                    worker_id=worker_id,
+                    started_at=now,
+                    attempts=row["attempts"] + 1,
+                )
+                claimed.append(self._info(row))
+            return claimed
+
+    def _free_slots(self, queue_limits: Mapping[str, int]) -> dict[str, int]:
+        free = dict(queue_limits)
+        for row in self._rows.values():
+            if row["status"] == TaskStatus.RUNNING and row["queue"] in free:
+                free[row["queue"]] -= 1
+        return free
+
+    def finish_runs(self, ends: Sequence[RunEnd]) -> list[bool]:
+        with self._lock:
+            return [self._finish(end) for end in ends]
+
+    def _finish(self, end: RunEnd) -> bool:
+        row = self._rows.get(end.task_id)
+        if (
+            row is None
+            or row["status"] != TaskStatus.RUNNING
+            or row["run_id"] != end.run_id
+            or row["worker_id"] != end.worker_id
+        ):
+            return False
+        row.update(rows.end_fields(end))
+        return True
+
+    def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
+        with self._lock:
+            return {
+                task_id: reason
+                for task_id, run_id in runs.items()
+                if (reason := rows.stop_reason(self._rows.get(task_id), worker_id, run_id))
+            }
+
+    def register_worker(self, worker: WorkerRegistration) -> None:
+        with self._lock:
+            self._workers[worker.id] = worker
+
+    def heartbeat(self, worker_id: str, now: datetime) -> bool:
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is None:
+                return False
+            self._workers[worker_id] = replace(worker, heartbeat_at=now)
+            return True
+
+    def remove_worker(self, worker_id: str) -> None:
+        with self._lock:
+            self._workers.pop(worker_id, None)
+
+    def list_workers(self) -> list[WorkerRegistration]:
+        with self._lock:
+            return sorted(self._workers.values(), key=lambda w: w.started_at)
+
+    def recover_zombies(
+        self, *, lease_timeout: float, now: datetime, dead: Iterable[str] = ()
+    ) -> list[Recovered]:
+        cutoff = now - timedelta(seconds=lease_timeout)
+        with self._lock:
+            for worker_id in set(dead):
+                self._workers.pop(worker_id, None)
+            for worker in list(self._workers.values()):
+                if worker.heartbeat_at < cutoff:
+                    del self._workers[worker.id]
+            recovered = []
+            for row in self._rows.values():
+                if row["status"] == TaskStatus.RUNNING and row["worker_id"] not in self._workers:
+                    fields = rows.zombie_fields(row, now)
+                    row.update(fields)
+                    recovered.append(Recovered(row["id"], row["run_id"], fields["status"]))
+            return recovered
+
+    def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
+        with self._lock:
+            doomed = [
+                task_id
+                for task_id, row in self._rows.items()
+                if row["status"] == status
+                and row["finished_at"] is not None
+                and row["finished_at"] < before
+            ][:batch]
+            for task_id in doomed:
+                del self._rows[task_id]
+                del self._grants[task_id]
+            return len(doomed)
+
+    def clear_records(self) -> None:
+        with self._lock:
+            self._rows.clear()
+            self._grants.clear()
+            self._workers.clear()

@@ -1,0 +1,162 @@
+"""Pure helpers both stores share: row <-> TaskInfo, and the re-run decision."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from django_workers.authority import owner_of
+from django_workers.cancellation import CancelReason
+from django_workers.exceptions import AuthorizationError, WorkerLost
+from django_workers.info import TaskFailure, TaskInfo, TaskStatus
+from django_workers.options import TaskOptions
+from django_workers.stores.base import STATE_FIELDS, NewTask, RunEnd, WatchAuthorizer
+
+
+def row_of(new: NewTask) -> dict[str, Any]:
+    """The column values of a fresh record."""
+    return {
+        "id": new.id,
+        "key": new.key,
+        "owner": new.owner,
+        "scope": new.scope,
+        "task_path": new.task_path,
+        "args": new.args,
+        "kwargs": new.kwargs,
+        "queue": new.queue,
+        "priority": new.priority,
+        "run_after": new.run_after,
+        "options": new.options,
+        "status": new.status,
+        "progress": 0.0,
+        "attempts": 0,
+        "result": None,
+        "error": None,
+        "cancel_reason": CancelReason.NONE,
+        "run_id": new.run_id,
+        "worker_id": None,
+        "workflow": new.workflow,
+        "node": new.node,
+        "created_at": new.created_at,
+        "started_at": None,
+        "finished_at": None,
+    }
+
+
+def info_of(row: Mapping[str, Any], watchers: Iterable[str]) -> TaskInfo:
+    """Build the snapshot of a record; ``watchers`` lists the owner first, then grants."""
+    owner = row["owner"]
+    listed = ([owner] if owner else []) + [w for w in watchers if w != owner]
+    return TaskInfo(
+        id=row["id"],
+        key=row["key"],
+        owner=owner,
+        scope=row["scope"],
+        queue=row["queue"],
+        task_path=row["task_path"],
+        args=row["args"],
+        kwargs=row["kwargs"],
+        priority=row["priority"],
+        run_after=row["run_after"],
+        options=TaskOptions.from_json(row["options"]),
+        status=TaskStatus(row["status"]),
+        progress=row["progress"],
+        attempts=row["attempts"],
+        result=row["result"],
+        error=TaskFailure.from_json(row["error"]),
+        cancel_reason=CancelReason(row["cancel_reason"]),
+        run_id=row["run_id"],
+        worker_id=row["worker_id"],
+        created_at=row["created_at"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        watchers=tuple(listed),
+        workflow=row["workflow"],
+        node=row["node"],
+    )
+
+
+def grants_of(new: NewTask) -> list[str]:
+    """Watcher rows a record needs: everyone in ``new.watchers`` but the derived owner."""
+    seen: list[str] = []
+    for user_id in new.watchers:
+        if user_id != new.owner and user_id not in seen:
+            seen.append(user_id)
+    return seen
+
+
+def watches(task_id: str, caller: str | None, grants: Iterable[str]) -> bool:
+    """Whether ``caller`` (None = System) may use the task: owner by id, or a grant."""
+    if caller is None:
+        return True
+    owner = owner_of(task_id)
+    return (owner is not None and owner.user_id == caller) or caller in grants
+
+
+def authorize_join(
+    task_id: str, caller: str, grants: Iterable[str], fn: WatchAuthorizer | None
+) -> None:
+    """Let a caller who does not watch ``task_id`` in only if the watch authorizer says so."""
+    owner = owner_of(task_id)
+    listed = tuple(([owner.user_id] if owner else []) + list(grants))
+    if fn is None or not fn(task_id, listed, caller):
+        raise AuthorizationError(
+            f"Task id {task_id!r} already exists and {caller!r} does not watch it; "
+            "choose another key, use scope='user', or ask for a watch authorizer that "
+            "allows this."
+        )
+
+
+def check_state_fields(fields: Mapping[str, Any]) -> None:
+    """Refuse a state write that names identity fields or unknown columns."""
+    extra = set(fields) - STATE_FIELDS
+    if extra:
+        raise ValueError(
+            f"set_task_state/try_transition write state only; {sorted(extra)} are not state "
+            f"fields (allowed: {sorted(STATE_FIELDS)}). Watchers and run_id change only "
+            "through add_watcher and replace_task."
+        )
+
+
+def end_fields(end: RunEnd) -> dict[str, Any]:
+    """Column values of a run's terminal write."""
+    fields: dict[str, Any] = {
+        "status": end.status,
+        "finished_at": end.finished_at,
+        "result": end.result,
+        "error": end.error,
+        "cancel_reason": end.cancel_reason,
+    }
+    if end.progress is not None:
+        fields["progress"] = end.progress
+    return fields
+
+
+def stop_reason(row: Mapping[str, Any] | None, worker_id: str, run_id: str) -> CancelReason | None:
+    """Why the run ``run_id`` of ``worker_id`` must stop, given its record; None to go on."""
+    if row is None or row["run_id"] != run_id:
+        return CancelReason.SUPERSEDED
+    if row["status"] == TaskStatus.CANCELLED:
+        reason = CancelReason(row["cancel_reason"])
+        return reason if reason is not CancelReason.NONE else CancelReason.USER
+    if row["status"] != TaskStatus.RUNNING or row["worker_id"] != worker_id:
+        return CancelReason.SUPERSEDED
+    return None
+
+
+def zombie_fields(row: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+    """What the sweep writes over a dead worker's run: back to PENDING, or FAILED."""
+    retries = TaskOptions.from_json(row["options"]).retries
+    if row["attempts"] <= retries:
+        return {"status": TaskStatus.PENDING, "worker_id": None, "started_at": None}
+    failure = TaskFailure(
+        f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
+        "Worker lost: its worker stopped heartbeating while the task ran.",
+    )
+    return {
+        "status": TaskStatus.FAILED,
+        "finished_at": now,
+        "error": failure.to_json(),
+        "cancel_reason": CancelReason.NONE,
+    }

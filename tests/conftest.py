@@ -1,0 +1,46 @@
+"""Fixtures: every store, the settings that select them, and fresh defaults per test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from django_workers.conf import workers_settings
+from django_workers.stores import WorkerStore, reset_default_store
+from django_workers.stores.database import DatabaseWorkerStore
+from django_workers.stores.memory import InMemoryWorkerStore
+
+STORES = ["memory", pytest.param("database", marks=pytest.mark.django_db)]
+TX_STORES = ["memory", pytest.param("database", marks=pytest.mark.django_db(transaction=True))]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_defaults() -> Iterator[None]:
+    workers_settings.reload()
+    reset_default_store()
+    yield
+    workers_settings.reload()
+    reset_default_store()
+
+
+def _make_store(kind: str) -> WorkerStore:
+    return InMemoryWorkerStore() if kind == "memory" else DatabaseWorkerStore()
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest) -> WorkerStore:
+    """Each store in turn; the database one inside the test's transaction."""
+    return _make_store(request.param)
+
+
+@pytest.fixture(params=TX_STORES)
+def tx_store(request: pytest.FixtureRequest) -> WorkerStore:
+    """Each store in turn; the database one committing for real (threads, processes)."""
+    return _make_store(request.param)
+
+
+@pytest.fixture
+def db_store(transactional_db: None) -> DatabaseWorkerStore:
+    """The database store, committing for real."""
+    return DatabaseWorkerStore()
