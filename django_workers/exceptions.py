@@ -88,6 +88,12 @@ class TaskCancelled(WorkersError):
         super().__init__(message)
 
 
+class ResultTooLarge(WorkersError, ValueError):
+    """A run returned more JSON than DJANGO_WORKERS["RESULT_MAX_BYTES"] allows."""
+
+    code = "result_too_large"
+
+
 class WorkerLost(WorkersError):
     """The worker running a task stopped heartbeating; the run was declared dead."""
 

@@ -146,7 +146,7 @@ class WorkerStore(abc.ABC):
     ) -> None:
         self._policy = _Policy(queue_authorizer, watch_authorizer)
 
-    # -- policy hooks ---------------------------------------------------------
+    # -- policy hooks --
 
     @property
     def queue_authorizer(self) -> QueueAuthorizer | None:
@@ -166,7 +166,7 @@ class WorkerStore(abc.ABC):
         """Replace the watch authorizer; None denies every cross-user join."""
         self._policy.watch_authorizer = fn
 
-    # -- submitting ------------------------------------------------------------
+    # -- submitting --
 
     @abc.abstractmethod
     def submit(self, new: NewTask, caller: str | None) -> Submitted:
@@ -189,7 +189,7 @@ class WorkerStore(abc.ABC):
     def add_watcher(self, task_id: str, user_id: str) -> bool:
         """Grant ``user_id`` access without duplicating or clobbering; True if newly added."""
 
-    # -- reading ----------------------------------------------------------------
+    # -- reading --
 
     @abc.abstractmethod
     def get_task_info(self, task_id: str) -> TaskInfo | None:
@@ -207,7 +207,7 @@ class WorkerStore(abc.ABC):
     ) -> list[TaskInfo]:
         """Tasks ``user_id`` owns or watches (all for None), newest first, then by id."""
 
-    # -- state changes ------------------------------------------------------------
+    # -- state changes --
 
     @abc.abstractmethod
     def try_transition(
@@ -224,7 +224,7 @@ class WorkerStore(abc.ABC):
     def set_task_state(self, task_id: str, run_id: RunId, **fields: Any) -> bool:
         """Write state fields (``STATE_FIELDS``) of the run ``run_id``; never watchers or run_id."""
 
-    # -- the runtime's questions ----------------------------------------------------
+    # -- the runtime's questions --
 
     @abc.abstractmethod
     def claim(

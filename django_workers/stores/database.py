@@ -61,7 +61,7 @@ class DatabaseWorkerStore(WorkerStore):
     def _atomic(self) -> Any:
         return transaction.atomic(using=self.using)
 
-    # -- submitting ----------------------------------------------------------------------
+    # -- submitting --
 
     def submit(self, new: NewTask, caller: str | None) -> Submitted:
         with self._atomic():
@@ -139,7 +139,7 @@ class DatabaseWorkerStore(WorkerStore):
             return False  # already watching (unique constraint), or no such task (foreign key)
         return True
 
-    # -- reading -----------------------------------------------------------------------------
+    # -- reading --
 
     def get_task_info(self, task_id: str) -> TaskInfo | None:
         row = self._records().filter(pk=task_id).values(*COLUMNS).first()
@@ -170,7 +170,7 @@ class DatabaseWorkerStore(WorkerStore):
                 grants.setdefault(task_id, []).append(user_id)
         return [rows.info_of(row, grants.get(row["id"], ())) for row in found]
 
-    # -- state changes -------------------------------------------------------------------------
+    # -- state changes --
 
     def try_transition(
         self,
@@ -192,7 +192,7 @@ class DatabaseWorkerStore(WorkerStore):
         qs = self._records().filter(pk=task_id)
         return qs if run_id is ANY_RUN else qs.filter(run_id=run_id)
 
-    # -- the runtime's questions -------------------------------------------------------------
+    # -- the runtime's questions --
 
     def claim(
         self,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,8 +40,9 @@ class InMemoryWorkerStore(WorkerStore):
         self._rows: dict[str, dict[str, Any]] = {}
         self._grants: dict[str, list[str]] = {}
         self._workers: dict[str, WorkerRegistration] = {}
+        self._listeners: list[Callable[[], None]] = []
 
-    # -- submitting ----------------------------------------------------------------
+    # -- submitting --
 
     def submit(self, new: NewTask, caller: str | None) -> Submitted:
         with self._lock:
@@ -77,7 +78,7 @@ class InMemoryWorkerStore(WorkerStore):
             grants.append(user_id)
             return True
 
-    # -- reading --------------------------------------------------------------------
+    # -- reading --
 
     def get_task_info(self, task_id: str) -> TaskInfo | None:
         with self._lock:
@@ -107,7 +108,7 @@ class InMemoryWorkerStore(WorkerStore):
             found.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
             return [self._info(row) for row in found[offset : offset + limit]]
 
-    # -- state changes -----------------------------------------------------------------
+    # -- state changes --
 
     def try_transition(
         self,
@@ -136,7 +137,7 @@ class InMemoryWorkerStore(WorkerStore):
             row.update(fields)
             return True
 
-    # -- the runtime's questions ---------------------------------------------------------
+    # -- the runtime's questions --
 
     def claim(
         self,
@@ -257,6 +258,17 @@ class InMemoryWorkerStore(WorkerStore):
                 del self._rows[task_id]
                 del self._grants[task_id]
             return len(doomed)
+
+    def subscribe(self, wake: Callable[[], None]) -> None:
+        """Have ``wake()`` called when tasks are enqueued (the in-process runtime's NOTIFY)."""
+        with self._lock:
+            self._listeners.append(wake)
+
+    def notify_enqueued(self, queues: Iterable[str]) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for wake in listeners:
+            wake()
 
     def clear_records(self) -> None:
         with self._lock:

@@ -1,0 +1,166 @@
+"""``manage.py runworkers``: serve tasks until SIGTERM/SIGINT (or, with --burst, until done).
+
+Thin by design: validate options, configure logging from --verbosity, build
+the runtime (or a supervisor of several processes), run it.
+
+Exit codes: 0 stopped cleanly; 1 could not start (database unreachable,
+bad settings); 2 bad command-line arguments; 3 the drain deadline passed with
+runs still going (left to the zombie sweep); 130 a second signal forced exit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+from django.db import DatabaseError, connections
+
+from django_workers.conf import queue_limits
+from django_workers.runtime.runtime import WorkerRuntime
+from django_workers.stores import default_store
+
+EXIT_FORCED = 130
+
+
+def positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    return number
+
+
+def seconds(value: str) -> float:
+    number = float(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {value}")
+    return number
+
+
+def queue_list(value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give one or more queue names separated by commas")
+    return names
+
+
+class Command(BaseCommand):
+    help = "Run django-workers: claim and execute background tasks from the database."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--queues", type=queue_list, default=None, help="Comma-separated queues (default: all)."
+        )
+        parser.add_argument(
+            "--concurrency", type=positive_int, default=4, help="Run threads per process."
+        )
+        parser.add_argument(
+            "--processes", type=positive_int, default=1, help="Worker processes to start."
+        )
+        parser.add_argument(
+            "--drain-timeout",
+            type=seconds,
+            default=30.0,
+            help="Seconds to let running tasks finish after SIGTERM.",
+        )
+        parser.add_argument(
+            "--burst", action="store_true", help="Exit when no task is left to run."
+        )
+        parser.add_argument(
+            "--no-recover-zombies",
+            action="store_true",
+            help="Do not recover the tasks of dead workers.",
+        )
+        parser.add_argument(
+            "--poll-interval",
+            type=seconds,
+            default=None,
+            help="Idle poll interval in seconds where LISTEN/NOTIFY is unavailable.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        configure_logging(options["verbosity"])
+        store = default_store()
+        self._check_database(store)
+        if options["processes"] > 1:
+            from django_workers.runtime.supervisor import Supervisor
+
+            self._banner(store, options)
+            code = Supervisor(options).run()
+        else:
+            runtime = WorkerRuntime(
+                store,
+                queues=options["queues"],
+                concurrency=options["concurrency"],
+                recover_zombies=not options["no_recover_zombies"],
+                burst=options["burst"],
+                poll_interval=options["poll_interval"],
+            )
+            install_signal_handlers(runtime.request_stop)
+            self._banner(store, options, runtime.worker_id)
+            code = runtime.run(drain_timeout=options["drain_timeout"])
+        if code:
+            sys.exit(code)
+
+    def _check_database(self, store: Any) -> None:
+        alias = getattr(store, "using", None)
+        if alias is None:
+            return
+        try:
+            connections[alias].ensure_connection()
+        except DatabaseError as e:
+            raise CommandError(f"Cannot reach database {alias!r}: {e}") from e
+
+    def _banner(self, store: Any, options: dict[str, Any], worker_id: str = "") -> None:
+        alias = getattr(store, "using", None)
+        vendor = connections[alias].vendor if alias else "memory"
+        limits = queue_limits()
+        queues = ", ".join(options["queues"]) if options["queues"] else "all"
+        lines = [
+            f"django-workers {worker_id}".rstrip(),
+            f"  store:       {type(store).__name__} ({vendor}"
+            + (f", alias {alias!r})" if alias else ")"),
+            f"  queues:      {queues}",
+            f"  concurrency: {options['concurrency']} threads x {options['processes']} processes",
+            f"  wake-up:     {'LISTEN/NOTIFY' if vendor == 'postgresql' else 'polling'}",
+        ]
+        if limits:
+            lines.append(f"  limits:      {', '.join(f'{q}={n}' for q, n in limits.items())}")
+        if options["burst"]:
+            lines.append("  mode:        burst (exits when nothing is left)")
+        self.stdout.write("\n".join(lines))
+
+
+def configure_logging(verbosity: int) -> None:
+    """Send django_workers logs to stderr unless the site's LOGGING already handles them."""
+    log = logging.getLogger("django_workers")
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+    log.setLevel(level)
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
+        )
+        log.addHandler(handler)
+
+
+def install_signal_handlers(request_stop: Any) -> None:
+    """First SIGTERM/SIGINT drains; a second one exits at once."""
+    received = []
+
+    def handler(signum: int, frame: Any) -> None:
+        received.append(signum)
+        if len(received) > 1:
+            logging.getLogger("django_workers").warning("Second signal: exiting now.")
+            os._exit(EXIT_FORCED)
+        logging.getLogger("django_workers").info(
+            "Got %s: stopping; send it again to exit at once.", signal.Signals(signum).name
+        )
+        request_stop()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)

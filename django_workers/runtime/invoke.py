@@ -1,0 +1,45 @@
+"""Calling a task's function: by dotted path, sync or async, with Django's context if asked."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.tasks import Task
+
+from django_workers.info import TaskInfo
+from django_workers.references import resolve
+
+#: Builds the first argument of a ``takes_context=True`` Django task; set by the backend.
+ContextFactory = Callable[[TaskInfo, Task], Any]
+_context_factory: ContextFactory | None = None
+
+
+def set_context_factory(factory: ContextFactory | None) -> None:
+    """Install how ``takes_context`` tasks get their context (the django.tasks backend does)."""
+    global _context_factory
+    _context_factory = factory
+
+
+def invoke(info: TaskInfo) -> Any:
+    """Run the task ``info`` names in this thread and return what it returns."""
+    target = resolve(info.task_path)
+    args: list[Any] = list(info.args)
+    if isinstance(target, Task):
+        func: Callable[..., Any] = target.func
+        if target.takes_context:
+            args.insert(0, _context(info, target))
+    else:
+        func = target
+    if inspect.iscoroutinefunction(func):
+        return async_to_sync(func)(*args, **info.kwargs)
+    return func(*args, **info.kwargs)
+
+
+def _context(info: TaskInfo, task: Task) -> Any:
+    if _context_factory is None:
+        from django_workers import backends  # noqa: F401  (installs the factory)
+    assert _context_factory is not None
+    return _context_factory(info, task)

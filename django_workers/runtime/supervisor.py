@@ -1,0 +1,104 @@
+"""``runworkers --processes P``: P worker processes, each one runtime, watched by this one.
+
+Each child is a fresh interpreter (multiprocessing "spawn") that sets Django up
+and runs a ``WorkerRuntime``. The supervisor forwards SIGTERM/SIGINT, restarts
+a child that died unexpectedly (its runs are recovered by the zombie sweep),
+and on a second signal kills the children and exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import signal
+import time
+from typing import Any
+
+logger = logging.getLogger("django_workers.runtime")
+
+#: Seconds a supervisor waits before restarting a child that died.
+RESTART_DELAY = 1.0
+
+
+def _child_main(options: dict[str, Any]) -> None:
+    import django
+
+    django.setup()
+    from django_workers.management.commands.runworkers import (
+        configure_logging,
+        install_signal_handlers,
+    )
+    from django_workers.runtime.runtime import WorkerRuntime
+
+    configure_logging(options["verbosity"])
+    runtime = WorkerRuntime(
+        queues=options["queues"],
+        concurrency=options["concurrency"],
+        recover_zombies=not options["no_recover_zombies"],
+        burst=options["burst"],
+        poll_interval=options["poll_interval"],
+    )
+    install_signal_handlers(runtime.request_stop)
+    raise SystemExit(runtime.run(drain_timeout=options["drain_timeout"]))
+
+
+class Supervisor:
+    """Starts and watches the worker processes."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = {
+            k: options[k]
+            for k in (
+                "queues",
+                "concurrency",
+                "no_recover_zombies",
+                "burst",
+                "poll_interval",
+                "drain_timeout",
+                "verbosity",
+            )
+        }
+        self.count = options["processes"]
+        self._context = multiprocessing.get_context("spawn")
+        self._children: list[multiprocessing.process.BaseProcess] = []
+        self._signals = 0
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        self._children = [self._start_child() for _ in range(self.count)]
+        while True:
+            for n, child in enumerate(self._children):
+                if child.is_alive() or child.exitcode is None:
+                    continue
+                if self._signals or self.options["burst"] or child.exitcode in (0, 3):
+                    continue
+                logger.warning(
+                    "Worker process %s exited with %s; restarting", child.pid, child.exitcode
+                )
+                time.sleep(RESTART_DELAY)
+                self._children[n] = self._start_child()
+            if all(not c.is_alive() for c in self._children):
+                break
+            time.sleep(0.2)
+        codes = [c.exitcode or 0 for c in self._children]
+        return max(codes, default=0)
+
+    def _start_child(self) -> multiprocessing.process.BaseProcess:
+        child = self._context.Process(
+            target=_child_main, args=(self.options,), name="runworkers-child"
+        )
+        child.start()
+        return child
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals += 1
+        if self._signals > 1:
+            for child in self._children:
+                if child.pid and child.is_alive():
+                    os.kill(child.pid, signal.SIGKILL)
+            os._exit(130)
+        for child in self._children:
+            if child.pid and child.is_alive():
+                os.kill(child.pid, signal.SIGTERM)
