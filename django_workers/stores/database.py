@@ -88,7 +88,9 @@ class DatabaseWorkerStore(WorkerStore):
                     raise _Collision
                 self._insert(news)
         except (_Collision, IntegrityError):
-            return super().submit_many(news, caller)
+            # One transaction, so a refusal part-way leaves no earlier task written.
+            with self._atomic():
+                return super().submit_many(news, caller)
         return [Submitted(new.id, new.run_id, created=True) for new in news]
 
     def _lock_row(self, task_id: str) -> dict[str, Any] | None:
@@ -134,9 +136,13 @@ class DatabaseWorkerStore(WorkerStore):
     def add_watcher(self, task_id: str, user_id: str) -> bool:
         try:
             with self._atomic():
+                # The foreign key is deferred to the outermost commit, which may be the
+                # caller's; so check the task here, locked against a concurrent delete.
+                if not self._records().select_for_update().filter(pk=task_id).exists():
+                    return False
                 self._watchers().create(task_id=task_id, user_id=user_id)
         except IntegrityError:
-            return False  # already watching (unique constraint), or no such task (foreign key)
+            return False  # already watching (unique constraint)
         return True
 
     # -- reading --
@@ -180,7 +186,7 @@ class DatabaseWorkerStore(WorkerStore):
         to_state: TaskStatus,
         **fields: Any,
     ) -> bool:
-        rows.check_state_fields(fields)
+        rows.check_state_fields(fields, transition=True)
         qs = self._fenced(task_id, run_id).filter(status__in=list(from_states))
         return qs.update(status=to_state, **fields) == 1
 

@@ -62,6 +62,21 @@ class InMemoryWorkerStore(WorkerStore):
             self.replace_task(new)
             return Submitted(new.id, new.run_id, created=True, replaced_run_id=old_run)
 
+    def submit_many(self, news: Sequence[NewTask], caller: str | None) -> list[Submitted]:
+        with self._lock:
+            # What the batch may touch, restored if a submit part-way is refused.
+            saved = {n.id: (self._rows.get(n.id), list(self._grants.get(n.id, ()))) for n in news}
+            try:
+                return super().submit_many(news, caller)
+            except BaseException:
+                for task_id, (row, grants) in saved.items():
+                    if row is None:
+                        self._rows.pop(task_id, None)
+                        self._grants.pop(task_id, None)
+                    else:
+                        self._rows[task_id], self._grants[task_id] = row, grants
+                raise
+
     def replace_task(self, new: NewTask) -> None:
         with self._lock:
             self._insert(new)
@@ -118,7 +133,7 @@ class InMemoryWorkerStore(WorkerStore):
         to_state: TaskStatus,
         **fields: Any,
     ) -> bool:
-        rows.check_state_fields(fields)
+        rows.check_state_fields(fields, transition=True)
         with self._lock:
             row = self._rows.get(task_id)
             if row is None or row["status"] not in set(from_states):

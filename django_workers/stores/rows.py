@@ -108,8 +108,10 @@ def authorize_join(
         )
 
 
-def check_state_fields(fields: Mapping[str, Any]) -> None:
+def check_state_fields(fields: Mapping[str, Any], *, transition: bool = False) -> None:
     """Refuse a state write that names identity fields or unknown columns."""
+    if transition and "status" in fields:
+        raise ValueError("try_transition takes the new status as to_state, not as a state field.")
     extra = set(fields) - STATE_FIELDS
     if extra:
         raise ValueError(

@@ -1,0 +1,636 @@
+"""The store contract (SPEC §3, §4.2): one test body, run against every store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from functools import partial
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from django_workers import (
+    AuthorizationError,
+    CancelReason,
+    InvalidTaskOptions,
+    Owner,
+    System,
+    TaskAlreadyFinished,
+    TaskCancelled,
+    TaskNotFound,
+    TaskStatus,
+    TaskSubmission,
+    cancel_task,
+    get_all_tasks,
+    get_task_status,
+    set_queue_authorizer,
+    set_watch_authorizer,
+    submit_task,
+    submit_tasks,
+    update_progress,
+)
+from django_workers.info import LIVE_STATUSES, TERMINAL_STATUSES, TaskInfo
+from django_workers.stores import ANY_RUN, Submitted, WorkerStore
+from django_workers.stores.base import RunEnd
+from tests.factories import NewTaskFactory
+from tests.tasks import add, django_add
+
+ALICE, BOB, CAROL, SVC = Owner("alice"), Owner("bob"), Owner("carol"), Owner("svc")
+ALL_STATUSES = list(TaskStatus)
+
+
+def finish(store: WorkerStore, task_id: str, status: TaskStatus = TaskStatus.COMPLETED) -> None:
+    """End the current run of ``task_id`` with ``status``."""
+    info = store.get_task_info(task_id)
+    assert info is not None
+    fields: dict[str, Any] = {"finished_at": timezone.now()}
+    if status == TaskStatus.COMPLETED:
+        fields["result"] = {"answer": 42}
+    assert store.try_transition(task_id, info.run_id, LIVE_STATUSES, status, **fields)
+
+
+def claim_one(store: WorkerStore, task_id: str, worker_id: str = "w1") -> TaskInfo:
+    """Move ``task_id`` (the only pending task) to RUNNING for ``worker_id``."""
+    [claimed] = store.claim(worker_id, None, 1, timezone.now())
+    assert claimed.id == task_id
+    return claimed
+
+
+def identity(info: TaskInfo | None) -> tuple[Any, ...]:
+    assert info is not None
+    return (info.run_id, info.watchers, info.status, info.args, info.result)
+
+
+class Recorder:
+    """An authorizer that records its calls and answers ``allow``."""
+
+    def __init__(self, allow: bool = True) -> None:
+        self.allow = allow
+        self.calls: list[tuple[Any, ...]] = []
+
+    def __call__(self, *args: Any) -> bool:
+        self.calls.append(args)
+        return self.allow
+
+
+# -- submit: insert, join, re-run, refuse ------------------------------------------------------
+
+
+def test_submit_inserts_a_new_record(store: WorkerStore) -> None:
+    new = NewTaskFactory(args=[3, 4], watchers=("alice", "svc"), priority=5, queue="q")
+    assert store.submit(new, "alice") == Submitted(new.id, new.run_id, created=True)
+    info = store.get_task_info(new.id)
+    assert info is not None
+    assert (info.id, info.key, info.owner, info.scope) == (new.id, new.key, "alice", "user")
+    assert (info.args, info.queue, info.priority) == ([3, 4], "q", 5)
+    assert (info.status, info.progress, info.attempts, info.result) == ("PENDING", 0.0, 0, None)
+    assert (info.run_id, info.watchers) == (new.run_id, ("alice", "svc"))
+    assert info.cancel_reason is CancelReason.NONE
+
+
+@pytest.mark.parametrize("status", sorted(LIVE_STATUSES))
+def test_submit_joins_a_live_task_the_caller_watches(store: WorkerStore, status: str) -> None:
+    first = NewTaskFactory(status=status)
+    store.submit(first, "alice")
+    again = NewTaskFactory(key=first.key, args=[9, 9], watchers=("alice", "carol"))
+    assert store.submit(again, "alice") == Submitted(first.id, first.run_id, created=False)
+    info = store.get_task_info(first.id)
+    # Nothing new runs, and a join grants nobody: watchers come only from the first submit.
+    assert identity(info) == (first.run_id, ("alice",), status, [1, 2], None)
+
+
+@pytest.mark.parametrize("status", sorted(TERMINAL_STATUSES))
+def test_submit_reruns_a_finished_task(store: WorkerStore, status: TaskStatus) -> None:
+    first = NewTaskFactory(watchers=("alice", "svc"))
+    store.submit(first, "alice")
+    finish(store, first.id, status)
+    again = NewTaskFactory(key=first.key, args=[5, 6], watchers=("alice", "carol"))
+    done = store.submit(again, "alice")
+    assert done == Submitted(first.id, again.run_id, created=True, replaced_run_id=first.run_id)
+    info = store.get_task_info(first.id)
+    assert identity(info) == (again.run_id, ("alice", "carol"), "PENDING", [5, 6], None)
+    assert info is not None
+    assert (info.error, info.finished_at, info.attempts) == (None, None, 0)
+
+
+@pytest.mark.parametrize("finished", [False, True], ids=["live", "finished"])
+def test_submit_by_a_non_watcher_is_refused_without_an_authorizer(
+    store: WorkerStore, finished: bool
+) -> None:
+    first = NewTaskFactory(global_scope=True, watchers=("alice",))
+    store.submit(first, "alice")
+    if finished:
+        finish(store, first.id)
+    before = identity(store.get_task_info(first.id))
+    with pytest.raises(AuthorizationError, match="does not watch"):
+        store.submit(NewTaskFactory(global_scope=True, key=first.key, watchers=("bob",)), "bob")
+    assert identity(store.get_task_info(first.id)) == before
+
+
+@pytest.mark.parametrize("finished", [False, True], ids=["live", "finished"])
+def test_the_watch_authorizer_is_consulted_only_for_non_watchers(
+    store: WorkerStore, finished: bool
+) -> None:
+    fn = Recorder(allow=False)
+    set_watch_authorizer(store, fn)
+    mine = NewTaskFactory()
+    shared = NewTaskFactory(global_scope=True, watchers=("alice", "svc"))
+    store.submit(mine, "alice")
+    store.submit(shared, "alice")
+    if finished:
+        finish(store, mine.id)
+        finish(store, shared.id)
+    store.submit(NewTaskFactory(key=mine.key), "alice")  # the owner, by id
+    both = ("alice", "svc")
+    store.submit(NewTaskFactory(global_scope=True, key=shared.key, watchers=both), "alice")
+    if finished:
+        finish(store, shared.id)
+    store.submit(NewTaskFactory(global_scope=True, key=shared.key, watchers=both), "svc")
+    assert fn.calls == []
+    if finished:
+        finish(store, shared.id)
+    before = identity(store.get_task_info(shared.id))
+    with pytest.raises(AuthorizationError):
+        store.submit(NewTaskFactory(global_scope=True, key=shared.key, watchers=("bob",)), "bob")
+    # The authorizer sees the task id, who watches it now, and the caller.
+    assert fn.calls == [(shared.id, both, "bob")]
+    assert identity(store.get_task_info(shared.id)) == before
+
+
+def test_the_watch_authorizer_receives_the_owner_of_a_user_scoped_id(store: WorkerStore) -> None:
+    fn = Recorder(allow=False)
+    set_watch_authorizer(store, fn)
+    new = NewTaskFactory(watchers=("alice", "svc"))
+    store.submit(new, "alice")
+    with pytest.raises(AuthorizationError):
+        store.submit(NewTaskFactory(key=new.key), "bob")
+    assert fn.calls == [(new.id, ("alice", "svc"), "bob")]
+
+
+def test_an_allowed_join_of_a_live_task_makes_the_caller_a_watcher(store: WorkerStore) -> None:
+    set_watch_authorizer(store, Recorder(allow=True))
+    first = NewTaskFactory(global_scope=True, watchers=("alice",))
+    store.submit(first, "alice")
+    again = NewTaskFactory(global_scope=True, key=first.key, watchers=("bob", "carol"))
+    assert store.submit(again, "bob") == Submitted(first.id, first.run_id, created=False)
+    assert identity(store.get_task_info(first.id)) == (
+        first.run_id,
+        ("alice", "bob"),
+        "PENDING",
+        [1, 2],
+        None,
+    )
+
+
+def test_an_allowed_rerun_of_a_finished_task_resets_its_watchers(store: WorkerStore) -> None:
+    set_watch_authorizer(store, Recorder(allow=True))
+    first = NewTaskFactory(global_scope=True, watchers=("alice", "svc"))
+    store.submit(first, "alice")
+    finish(store, first.id)
+    again = NewTaskFactory(global_scope=True, key=first.key, watchers=("bob", "carol"))
+    assert store.submit(again, "bob").created
+    assert store.get_task_info(first.id).watchers == ("bob", "carol")  # type: ignore[union-attr]
+
+
+def test_a_none_watch_authorizer_denies_every_cross_user_join(store: WorkerStore) -> None:
+    set_watch_authorizer(store, Recorder(allow=True))
+    set_watch_authorizer(store, None)
+    assert store.watch_authorizer is None
+    first = NewTaskFactory(global_scope=True, watchers=("alice",))
+    store.submit(first, "alice")
+    with pytest.raises(AuthorizationError):
+        store.submit(NewTaskFactory(global_scope=True, key=first.key, watchers=("bob",)), "bob")
+
+
+@pytest.mark.parametrize("finished", [False, True], ids=["live", "finished"])
+def test_system_bypasses_the_watch_authorizer(store: WorkerStore, finished: bool) -> None:
+    fn = Recorder(allow=False)
+    set_watch_authorizer(store, fn)
+    first = NewTaskFactory(global_scope=True, watchers=("alice",))
+    store.submit(first, "alice")
+    if finished:
+        finish(store, first.id)
+    again = NewTaskFactory(global_scope=True, key=first.key, watchers=())
+    done = store.submit(again, None)
+    assert fn.calls == []
+    assert done.created is finished
+    expected = ((), again.run_id) if finished else (("alice",), first.run_id)
+    info = store.get_task_info(first.id)
+    assert info is not None
+    assert (info.watchers, info.run_id) == expected
+
+
+def test_a_refused_batch_writes_nothing(store: WorkerStore) -> None:
+    foreign = NewTaskFactory(global_scope=True, watchers=("alice",))
+    store.submit(foreign, "alice")
+    fresh = NewTaskFactory(owner="bob")
+    clash = NewTaskFactory(global_scope=True, key=foreign.key, watchers=("bob",))
+    with pytest.raises(AuthorizationError):
+        store.submit_many([fresh, clash], "bob")
+    assert store.get_task_info(fresh.id) is None
+    assert [t.id for t in store.list_tasks(user_id=None)] == [foreign.id]
+
+
+def test_a_batch_that_names_one_key_twice_writes_one_record(store: WorkerStore) -> None:
+    batch = [TaskSubmission(key="twice", task=add, args=[1, 2])] * 2
+    ids = submit_tasks(batch, ALICE, store=store)
+    assert ids == ["alice::twice", "alice::twice"]
+    assert [t.id for t in store.list_tasks(user_id=None)] == ["alice::twice"]
+
+
+# -- submit through the API: the queue authorizer and watchers ------------------------------------
+
+
+def test_the_queue_authorizer_is_consulted_on_every_submit_path(store: WorkerStore) -> None:
+    fn = Recorder(allow=True)
+    set_queue_authorizer(store, fn)
+    task_id = submit_task("a", add, ALICE, args=[1, 2], store=store)
+    submit_task("a", add, ALICE, args=[1, 2], store=store)  # join
+    finish(store, task_id)
+    submit_task("a", add, ALICE, args=[1, 2], store=store)  # re-run
+    submit_task("b", add, ALICE, args=[1, 2], queue="reports", store=store)
+    submit_task("c", django_add, ALICE, args=[1, 2], store=store)
+    batch = [TaskSubmission(key=k, task=add, args=[1, 2], queue="bulk") for k in "de"]
+    submit_tasks(batch, ALICE, store=store)
+    assert fn.calls == [("default", "alice")] * 3 + [
+        ("reports", "alice"),
+        ("default", "alice"),
+        ("bulk", "alice"),
+        ("bulk", "alice"),
+    ]
+
+
+@pytest.mark.parametrize("path", ["submit_task", "submit_tasks", "join"])
+def test_a_queue_refusal_writes_nothing(store: WorkerStore, path: str) -> None:
+    if path == "join":
+        submit_task("a", add, ALICE, args=[1, 2], store=store)
+    before = [identity(t) for t in store.list_tasks(user_id=None)]
+    set_queue_authorizer(store, lambda queue, user_id: queue != "default")
+    ok = TaskSubmission(key="ok", task=add, args=[1, 2], queue="reports")
+    refused = TaskSubmission(key="a", task=add, args=[1, 2])
+    if path == "submit_tasks":
+        call = partial(submit_tasks, [ok, refused], ALICE, store=store)
+    else:
+        call = partial(submit_task, "a", add, ALICE, args=[1, 2], store=store)
+    with pytest.raises(AuthorizationError, match="'default'"):
+        call()
+    assert [identity(t) for t in store.list_tasks(user_id=None)] == before
+
+
+def test_system_bypasses_the_queue_authorizer(store: WorkerStore) -> None:
+    fn = Recorder(allow=False)
+    set_queue_authorizer(store, fn)
+    task_id = submit_task("g", add, System(), args=[1, 2], scope="global", store=store)
+    assert fn.calls == []
+    assert get_task_status(task_id, System(), store=store).queue == "default"
+
+
+def test_a_rerun_resets_watchers_to_the_submitter_and_the_given_ones(store: WorkerStore) -> None:
+    task_id = submit_task("k", add, ALICE, args=[1, 2], watchers=[SVC], store=store)
+    assert get_task_status(task_id, SVC, store=store).watchers == ("alice", "svc")
+    finish(store, task_id)
+    submit_task("k", add, ALICE, args=[1, 2], watchers=[CAROL], store=store)
+    assert get_task_status(task_id, CAROL, store=store).watchers == ("alice", "carol")
+    with pytest.raises(TaskNotFound):
+        get_task_status(task_id, SVC, store=store)
+
+
+# -- try_transition -----------------------------------------------------------------------------
+
+
+def test_try_transition_moves_a_record_of_the_named_run(store: WorkerStore) -> None:
+    new = NewTaskFactory()
+    store.submit(new, "alice")
+    assert store.try_transition(new.id, new.run_id, [TaskStatus.PENDING], TaskStatus.RUNNING)
+    assert store.try_transition(
+        new.id, new.run_id, [TaskStatus.RUNNING], TaskStatus.FAILED, error={"type": "E"}
+    )
+    info = store.get_task_info(new.id)
+    assert info is not None
+    assert (info.status, info.error.type) == ("FAILED", "E")  # type: ignore[union-attr]
+
+
+def test_try_transition_refuses_a_superseded_run(store: WorkerStore) -> None:
+    first = NewTaskFactory()
+    store.submit(first, "alice")
+    finish(store, first.id, TaskStatus.FAILED)
+    again = NewTaskFactory(key=first.key)
+    store.submit(again, "alice")
+    before = identity(store.get_task_info(first.id))
+    # The late terminal write of the first run loses its fence, whatever state it names.
+    assert not store.try_transition(
+        first.id, first.run_id, ALL_STATUSES, TaskStatus.COMPLETED, result="late"
+    )
+    assert not store.try_transition(first.id, "not-a-run", ALL_STATUSES, TaskStatus.COMPLETED)
+    assert identity(store.get_task_info(first.id)) == before
+
+
+def test_try_transition_refuses_a_wrong_from_state(store: WorkerStore) -> None:
+    new = NewTaskFactory()
+    store.submit(new, "alice")
+    wrong = [s for s in ALL_STATUSES if s != TaskStatus.PENDING]
+    assert not store.try_transition(new.id, new.run_id, wrong, TaskStatus.COMPLETED)
+    assert not store.try_transition(new.id, ANY_RUN, wrong, TaskStatus.COMPLETED)
+    assert store.get_task_info(new.id).status == "PENDING"  # type: ignore[union-attr]
+
+
+def test_try_transition_any_run_is_the_named_opt_out(store: WorkerStore) -> None:
+    new = NewTaskFactory()
+    store.submit(new, "alice")
+    assert store.try_transition(new.id, ANY_RUN, [TaskStatus.PENDING], TaskStatus.CANCELLED)
+    info = store.get_task_info(new.id)
+    assert info is not None
+    assert (info.status, info.run_id) == ("CANCELLED", new.run_id)
+
+
+def test_try_transition_of_a_missing_task_is_false(store: WorkerStore) -> None:
+    assert not store.try_transition("nope", ANY_RUN, ALL_STATUSES, TaskStatus.CANCELLED)
+
+
+@pytest.mark.parametrize(
+    "fields", [{"watchers": ["bob"]}, {"status": "FAILED"}, {"owner": "bob"}, {"colour": "red"}]
+)
+def test_try_transition_refuses_non_state_fields(store: WorkerStore, fields: dict) -> None:
+    new = NewTaskFactory()
+    store.submit(new, "alice")
+    before = identity(store.get_task_info(new.id))
+    with pytest.raises(ValueError, match="state"):
+        store.try_transition(new.id, new.run_id, [TaskStatus.PENDING], TaskStatus.RUNNING, **fields)
+    assert identity(store.get_task_info(new.id)) == before
+
+
+# -- set_task_state, replace_task, add_watcher ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"watchers": ["bob"]}, {"owner": "bob"}, {"id": "x"}, {"colour": "red"}],
+)
+def test_set_task_state_refuses_identity_and_unknown_fields(
+    store: WorkerStore, fields: dict
+) -> None:
+    new = NewTaskFactory(watchers=("alice", "svc"))
+    store.submit(new, "alice")
+    before = identity(store.get_task_info(new.id))
+    with pytest.raises(ValueError, match="state"):
+        store.set_task_state(new.id, new.run_id, progress=50.0, **fields)
+    assert identity(store.get_task_info(new.id)) == before
+    assert store.get_task_info(new.id).progress == 0.0  # type: ignore[union-attr]
+
+
+def test_run_id_is_never_a_state_field(store: WorkerStore) -> None:
+    new = NewTaskFactory()
+    store.submit(new, "alice")
+    fields: dict[str, Any] = {"run_id": "stolen"}
+    with pytest.raises(TypeError, match="run_id"):
+        store.set_task_state(new.id, new.run_id, **fields)
+    with pytest.raises(TypeError, match="run_id"):
+        store.try_transition(new.id, new.run_id, ALL_STATUSES, TaskStatus.RUNNING, **fields)
+    assert store.get_task_info(new.id).run_id == new.run_id  # type: ignore[union-attr]
+
+
+def test_set_task_state_writes_state_of_the_named_run_only(store: WorkerStore) -> None:
+    new = NewTaskFactory(watchers=("alice", "svc"))
+    store.submit(new, "alice")
+    assert not store.set_task_state(new.id, "other-run", progress=10.0)
+    assert not store.set_task_state("nope", ANY_RUN, progress=10.0)
+    assert store.get_task_info(new.id).progress == 0.0  # type: ignore[union-attr]
+    assert store.set_task_state(new.id, new.run_id, status=TaskStatus.COMPLETED, result=[1])
+    assert store.set_task_state(new.id, ANY_RUN, progress=100.0)
+    info = store.get_task_info(new.id)
+    assert info is not None
+    assert (info.status, info.result, info.progress) == ("COMPLETED", [1], 100.0)
+    assert (info.run_id, info.watchers) == (new.run_id, ("alice", "svc"))
+
+
+def test_replace_task_writes_the_whole_record(store: WorkerStore) -> None:
+    first = NewTaskFactory(watchers=("alice", "svc"))
+    store.submit(first, "alice")
+    claim_one(store, first.id)
+    finish(store, first.id)
+    again = NewTaskFactory(key=first.key, args=[7], queue="other", watchers=("alice", "carol"))
+    store.replace_task(again)
+    info = store.get_task_info(first.id)
+    assert info is not None
+    assert identity(info) == (again.run_id, ("alice", "carol"), "PENDING", [7], None)
+    assert (info.queue, info.attempts, info.worker_id, info.started_at) == ("other", 0, None, None)
+    assert (info.created_at, info.finished_at) == (again.created_at, None)
+
+
+def test_add_watcher_cannot_duplicate(store: WorkerStore) -> None:
+    new = NewTaskFactory(global_scope=True, watchers=("alice",))
+    store.submit(new, "alice")
+    assert store.add_watcher(new.id, "bob")
+    assert not store.add_watcher(new.id, "bob")
+    assert not store.add_watcher(new.id, "alice")
+    assert store.get_task_info(new.id).watchers == ("alice", "bob")  # type: ignore[union-attr]
+
+
+def test_add_watcher_cannot_clobber_other_watchers(store: WorkerStore) -> None:
+    new = NewTaskFactory(watchers=("alice", "svc"))
+    store.submit(new, "alice")
+    assert store.add_watcher(new.id, "bob")
+    assert store.add_watcher(new.id, "carol")
+    assert set(store.get_task_info(new.id).watchers) == {"alice", "svc", "bob", "carol"}  # type: ignore[union-attr]
+
+
+def test_add_watcher_of_a_missing_task_is_false(store: WorkerStore) -> None:
+    assert not store.add_watcher("nope", "bob")
+    assert store.get_task_info("nope") is None
+    assert store.list_tasks(user_id="bob") == []
+
+
+# -- listing ------------------------------------------------------------------------------------
+
+
+def test_list_is_newest_first_then_by_id(store: WorkerStore) -> None:
+    now = timezone.now()
+    old = now - timedelta(minutes=1)
+    for key, created in [("b", now), ("a", now), ("c", now), ("z", old), ("y", now)]:
+        store.submit(NewTaskFactory(key=key, created_at=created), "alice")
+    got = [t.key for t in store.list_tasks(user_id="alice")]
+    assert got == ["y", "c", "b", "a", "z"]
+
+
+def test_list_pages_through_every_task_once(store: WorkerStore) -> None:
+    for _ in range(7):
+        store.submit(NewTaskFactory(), "alice")
+    everything = store.list_tasks(user_id=None)
+    pages = [store.list_tasks(user_id=None, offset=o, limit=3) for o in (0, 3, 6)]
+    assert [len(p) for p in pages] == [3, 3, 1]
+    assert [t.id for p in pages for t in p] == [t.id for t in everything]
+    assert store.list_tasks(user_id=None, offset=7) == []
+    assert [t.id for t in get_all_tasks(ALICE, offset=2, limit=2, store=store)] == [
+        t.id for t in everything[2:4]
+    ]
+
+
+def test_list_filters_by_status_and_queue(store: WorkerStore) -> None:
+    a = NewTaskFactory(queue="q1")
+    b = NewTaskFactory(queue="q2")
+    c = NewTaskFactory(queue="q1")
+    for new in (a, b, c):
+        store.submit(new, "alice")
+    finish(store, c.id)
+
+    def ids(**filters: Any) -> list[str]:
+        return [t.id for t in store.list_tasks(user_id="alice", **filters)]
+
+    assert ids(queue="q1") == [c.id, a.id]
+    assert ids(status=TaskStatus.PENDING) == [b.id, a.id]
+    assert ids(status=TaskStatus.PENDING, queue="q1") == [a.id]
+    assert ids(status=TaskStatus.RUNNING) == []
+    pending = get_all_tasks(ALICE, status="PENDING", queue="q2", store=store)
+    assert [t.id for t in pending] == [b.id]
+
+
+def test_list_shows_an_owner_what_it_owns_or_watches(store: WorkerStore) -> None:
+    mine = NewTaskFactory(watchers=("alice", "svc"))
+    shared = NewTaskFactory(global_scope=True, watchers=("bob", "alice"))
+    bobs = NewTaskFactory(owner="bob")
+    unwatched = NewTaskFactory(global_scope=True, watchers=())
+    for new in (mine, shared, bobs, unwatched):
+        store.submit(new, None)
+
+    def ids(user_id: str | None) -> set[str]:
+        return {t.id for t in store.list_tasks(user_id=user_id)}
+
+    assert ids("alice") == {mine.id, shared.id}
+    assert ids("bob") == {shared.id, bobs.id}
+    assert ids("svc") == {mine.id}
+    assert ids("carol") == set()
+    assert ids(None) == {mine.id, shared.id, bobs.id, unwatched.id}
+
+
+# -- visibility and cancel through the API ---------------------------------------------------------
+
+
+def _refusal(call: Callable[[], object]) -> Exception:
+    with pytest.raises(Exception) as caught:  # noqa: PT011 - compared to a missing id's below
+        call()
+    return caught.value
+
+
+@pytest.mark.parametrize("finished", [False, True], ids=["live", "finished"])
+def test_an_unseen_task_answers_exactly_like_a_missing_one(
+    store: WorkerStore, finished: bool
+) -> None:
+    task_id = submit_task("secret", add, ALICE, args=[1, 2], store=store)
+    if finished:
+        finish(store, task_id)
+    missing = "alice::absent"
+    for call in (get_task_status, cancel_task):
+        foreign = _refusal(lambda c=call: c(task_id, BOB, store=store))
+        absent = _refusal(lambda c=call: c(missing, BOB, store=store))
+        assert type(foreign) is type(absent) is TaskNotFound
+        assert str(foreign) == str(absent).replace(missing, task_id)
+    assert get_all_tasks(BOB, store=store) == []
+    assert get_task_status(task_id, ALICE, store=store).status != "CANCELLED"
+
+
+def test_a_watcher_may_read_list_and_cancel(store: WorkerStore) -> None:
+    task_id = submit_task("k", add, ALICE, args=[1, 2], watchers=[SVC], store=store)
+    assert get_task_status(task_id, SVC, store=store).id == task_id
+    assert [t.id for t in get_all_tasks(SVC, store=store)] == [task_id]
+    assert cancel_task(task_id, SVC, store=store).status == "CANCELLED"
+
+
+def test_cancel_of_a_pending_task_ends_it_cancelled_by_user(store: WorkerStore) -> None:
+    task_id = submit_task("k", add, ALICE, args=[1, 2], store=store)
+    info = cancel_task(task_id, ALICE, store=store)
+    assert info == get_task_status(task_id, ALICE, store=store)
+    assert (info.status, info.cancel_reason) == ("CANCELLED", CancelReason.USER)
+    assert info.error is not None
+    assert info.error.message == "Cancelled by user"
+    assert info.error.type.endswith(TaskCancelled.__qualname__)
+    assert info.finished_at is not None
+    assert store.claim("w1", None, 10, timezone.now()) == []
+
+
+def test_cancel_of_a_running_task_claims_its_record(store: WorkerStore) -> None:
+    task_id = submit_task("k", add, ALICE, args=[1, 2], store=store)
+    running = claim_one(store, task_id)
+    info = cancel_task(task_id, ALICE, store=store)
+    assert (info.status, info.cancel_reason, info.run_id) == (
+        "CANCELLED",
+        CancelReason.USER,
+        running.run_id,
+    )
+    end = RunEnd(
+        task_id=task_id,
+        run_id=running.run_id,
+        worker_id="w1",
+        status=TaskStatus.COMPLETED,
+        finished_at=timezone.now(),
+        result=3,
+    )
+    assert store.finish_runs([end]) == [False]
+    assert get_task_status(task_id, ALICE, store=store).status == "CANCELLED"
+
+
+@pytest.mark.parametrize("status", sorted(TERMINAL_STATUSES))
+def test_cancel_of_an_ended_task_is_refused(store: WorkerStore, status: TaskStatus) -> None:
+    task_id = submit_task("k", add, ALICE, args=[1, 2], store=store)
+    finish(store, task_id, status)
+    before = identity(store.get_task_info(task_id))
+    with pytest.raises(TaskAlreadyFinished, match=status) as caught:
+        cancel_task(task_id, ALICE, store=store)
+    assert (caught.value.task_id, caught.value.status) == (task_id, status)
+    assert identity(store.get_task_info(task_id)) == before
+
+
+# -- progress and late writes ----------------------------------------------------------------------
+
+
+def test_update_progress_writes_only_while_its_run_is_running(store: WorkerStore) -> None:
+    task_id = submit_task("k", add, ALICE, args=[1, 2], store=store)
+    pending = get_task_status(task_id, ALICE, store=store)
+    update_progress(pending, 10, store=store)
+    assert get_task_status(task_id, ALICE, store=store).progress == 0.0
+    running = claim_one(store, task_id)
+    assert update_progress(running, 40, store=store).progress == 40.0
+    assert get_task_status(task_id, ALICE, store=store).progress == 40.0
+    cancel_task(task_id, ALICE, store=store)
+    update_progress(running, 50, store=store)
+    assert get_task_status(task_id, ALICE, store=store).progress == 40.0
+
+
+def test_update_progress_of_a_superseded_run_changes_nothing(store: WorkerStore) -> None:
+    task_id = submit_task("k", add, ALICE, args=[1, 2], store=store)
+    old = claim_one(store, task_id)
+    cancel_task(task_id, ALICE, store=store)
+    submit_task("k", add, ALICE, args=[1, 2], store=store)
+    new = claim_one(store, task_id)
+    update_progress(old, 90, store=store)
+    assert get_task_status(task_id, ALICE, store=store).progress == 0.0
+    update_progress(new, 30, store=store)
+    assert get_task_status(task_id, ALICE, store=store).progress == 30.0
+
+
+@pytest.mark.parametrize("pct", [-0.1, 100.1, float("nan"), float("inf"), True, "50", None])
+def test_update_progress_refuses_out_of_range(store: WorkerStore, pct: Any) -> None:
+    task_id = submit_task("k", add, ALICE, args=[1, 2], store=store)
+    running = claim_one(store, task_id)
+    with pytest.raises(InvalidTaskOptions, match="progress"):
+        update_progress(running, pct, store=store)
+    assert get_task_status(task_id, ALICE, store=store).progress == 0.0
+
+
+def test_a_late_finish_of_a_superseded_run_changes_nothing(store: WorkerStore) -> None:
+    task_id = submit_task("k", add, ALICE, args=[1, 2], store=store)
+    old = claim_one(store, task_id)
+    cancel_task(task_id, ALICE, store=store)
+    submit_task("k", add, ALICE, args=[3, 4], store=store)
+    new = claim_one(store, task_id)  # the same worker runs the re-run
+    late = RunEnd(
+        task_id=task_id,
+        run_id=old.run_id,
+        worker_id="w1",
+        status=TaskStatus.COMPLETED,
+        finished_at=timezone.now(),
+        result="late",
+    )
+    assert store.finish_runs([late]) == [False]
+    info = get_task_status(task_id, ALICE, store=store)
+    assert identity(info) == (new.run_id, ("alice",), "RUNNING", [3, 4], None)
