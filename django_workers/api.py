@@ -121,7 +121,10 @@ def _new_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) ->
     task_id = scoped_task_key(spec.key, authority, spec.scope)
     path = task_path(spec.task)
     django_task = spec.task if isinstance(spec.task, Task) else None
-    queue = _check_queue(spec.queue or (django_task.queue_name if django_task else DEFAULT_QUEUE))
+    queue = spec.queue
+    if queue is None:  # only None means "the default": an empty name is refused below
+        queue = django_task.queue_name if django_task else DEFAULT_QUEUE
+    queue = _check_queue(queue)
     _authorize_queue(store, queue, authority)
     options = spec.options if spec.options is not None else TaskOptions()
     if not isinstance(options, TaskOptions):
