@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import dj_database_url
@@ -49,7 +50,10 @@ def _database() -> dict:
     url = os.environ.get("DATABASE_URL")
     if not url:
         # A file, not :memory:, so threads and worker subprocesses share one database.
-        name = os.environ.get("WORKERS_SQLITE_PATH", str(BASE_DIR / "test-workers.sqlite3"))
+        # One file per test session (several may run at once); worker subprocesses are
+        # pointed at it through WORKERS_SQLITE_PATH.
+        default = Path(tempfile.gettempdir()) / f"django-workers-test-{os.getpid()}.sqlite3"
+        name = os.environ.get("WORKERS_SQLITE_PATH", str(default))
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": name,
@@ -61,6 +65,8 @@ def _database() -> dict:
             "TEST": {"NAME": name},
         }
     db = dj_database_url.parse(url, conn_max_age=0)
+    # A test database per session, so concurrent runs on one server do not collide.
+    db["TEST"] = {"NAME": f"test_{db['NAME']}_{os.getpid()}"}
     if db["ENGINE"] == "django.db.backends.mysql":
         import pymysql
 

@@ -18,7 +18,7 @@ from django_workers.cancellation import CancelReason
 from django_workers.conf import workers_settings
 from django_workers.info import LIVE_STATUSES, TaskInfo, TaskStatus
 from django_workers.models import QueueLock, TaskRecord, TaskWatcher, WorkerProcess, record_fields
-from django_workers.stores import rows
+from django_workers.stores import rows, sql
 from django_workers.stores.base import (
     ANY_RUN,
     NewTask,
@@ -64,6 +64,13 @@ class DatabaseWorkerStore(WorkerStore):
     # -- submitting --
 
     def submit(self, new: NewTask, caller: str | None) -> Submitted:
+        if not rows.grants_of(new) and not connections[self.using].in_atomic_block:
+            # Fast path: one INSERT in autocommit. Only a conflict needs the locking path.
+            try:
+                self._insert([new])
+                return Submitted(new.id, new.run_id, created=True)
+            except IntegrityError:
+                pass
         with self._atomic():
             row = self._lock_row(new.id)
             if row is None:
@@ -79,6 +86,8 @@ class DatabaseWorkerStore(WorkerStore):
             return self._resubmit(new, caller, row)
 
     def submit_many(self, news: Sequence[NewTask], caller: str | None) -> list[Submitted]:
+        if len(news) == 1:
+            return [self.submit(news[0], caller)]
         ids = [new.id for new in news]
         if len(set(ids)) != len(ids):
             return super().submit_many(news, caller)
@@ -118,7 +127,7 @@ class DatabaseWorkerStore(WorkerStore):
         return Submitted(new.id, new.run_id, created=True, replaced_run_id=row["run_id"])
 
     def _insert(self, news: Sequence[NewTask]) -> None:
-        self._records().bulk_create([TaskRecord(**rows.row_of(new)) for new in news])
+        sql.insert_records(connections[self.using], [rows.row_of(new) for new in news])
         self._grant(news)
 
     def _grant(self, news: Sequence[NewTask]) -> None:
@@ -210,6 +219,11 @@ class DatabaseWorkerStore(WorkerStore):
     ) -> list[TaskInfo]:
         if limit <= 0:
             return []
+        limited = [q for q in queue_limits or {} if not queues or q in queues]
+        if self.vendor == "postgresql" and not limited:
+            found = sql.claim_postgres(connections[self.using], worker_id, queues, limit, now)
+            found.sort(key=lambda r: (-r["priority"], r["created_at"], r["id"]))
+            return [rows.info_of(r, r.pop("grants")) for r in found]
         with self._atomic():
             free = self._lock_limited_queues(queues, queue_limits or {})
             ready = self._records().ready(list(queues) if queues else None, now)
@@ -257,6 +271,8 @@ class DatabaseWorkerStore(WorkerStore):
         return free
 
     def finish_runs(self, ends: Sequence[RunEnd]) -> list[bool]:
+        if self.vendor == "postgresql":
+            return self._finish_postgres(ends)
         with self._atomic():
             won = [
                 self._records()
@@ -273,6 +289,25 @@ class DatabaseWorkerStore(WorkerStore):
             # Extension point: workflow promotion of the dependents of the runs that
             # won belongs here, inside this same transaction (SPEC §6).
             return won
+
+    def _finish_postgres(self, ends: Sequence[RunEnd]) -> list[bool]:
+        # One statement per group; a task id twice in a group (a timeout's end and the
+        # run's own) goes to a later statement, so each row is written at most once each.
+        won: dict[int, bool] = {}
+        pending = list(enumerate(ends))
+        with self._atomic():
+            while pending:
+                seen: set[str] = set()
+                group, later = [], []
+                for n, end in pending:
+                    (later if end.task_id in seen else group).append((n, end))
+                    seen.add(end.task_id)
+                winners = sql.finish_postgres(connections[self.using], [e for _, e in group])
+                for n, end in group:
+                    won[n] = (end.task_id, end.run_id) in winners
+                pending = later
+            # Extension point: workflow promotion goes here too, in this transaction.
+        return [won[n] for n in range(len(ends))]
 
     def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
         if not runs:

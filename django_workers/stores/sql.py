@@ -1,0 +1,154 @@
+"""Hand-written SQL for the hot paths of ``DatabaseWorkerStore`` (SPEC §10).
+
+The ORM builds the same statements with far more Python per row. These are
+the three paths every task takes, written once per vendor where it pays:
+
+- inserting records: COPY on PostgreSQL for batches, one multi-row INSERT
+  elsewhere;
+- claiming on PostgreSQL: one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP
+  LOCKED) RETURNING`` in autocommit, so a claim is a single round trip;
+- ending runs on PostgreSQL: one ``UPDATE ... FROM (VALUES ...)`` per group,
+  each row still fenced on its run id, worker and RUNNING status.
+
+Every statement keeps the precondition in its WHERE clause; nothing is
+decided in Python between a read and a write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from django_workers.info import TaskStatus
+from django_workers.models import TaskRecord, TaskWatcher
+from django_workers.stores.base import RunEnd
+from django_workers.stores.rows import end_fields
+
+JSON_COLUMNS = frozenset({"args", "kwargs", "options", "result", "error"})
+DATETIME_COLUMNS = frozenset({"run_after", "created_at", "started_at", "finished_at"})
+#: Below this many rows a plain INSERT beats setting up a COPY.
+COPY_MIN_ROWS = 50
+#: Rows per multi-row INSERT (keeps every vendor under its bound-parameter limit).
+INSERT_CHUNK = 400
+
+_FIELDS = [f.attname for f in TaskRecord._meta.concrete_fields]
+_COLUMNS = [f.column for f in TaskRecord._meta.concrete_fields]
+
+
+def _q(connection: BaseDatabaseWrapper, name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+def _db_value(connection: BaseDatabaseWrapper, name: str, value: Any) -> Any:
+    if value is None:
+        return None
+    if name in JSON_COLUMNS:
+        return json.dumps(value)
+    if name in DATETIME_COLUMNS:
+        return connection.ops.adapt_datetimefield_value(value)
+    return value
+
+
+def insert_records(connection: BaseDatabaseWrapper, records: Sequence[Mapping[str, Any]]) -> None:
+    """Insert fresh task rows (as built by ``rows.row_of``) in as few statements as possible."""
+    table = _q(connection, TaskRecord._meta.db_table)
+    columns = ", ".join(_q(connection, c) for c in _COLUMNS)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql" and len(records) >= COPY_MIN_ROWS:
+            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for record in records:
+                    copy.write_row([_db_value(connection, f, record[f]) for f in _FIELDS])
+            return
+        row_sql = "(" + ", ".join(["%s"] * len(_FIELDS)) + ")"
+        for start in range(0, len(records), INSERT_CHUNK):
+            chunk = records[start : start + INSERT_CHUNK]
+            params = [_db_value(connection, f, r[f]) for r in chunk for f in _FIELDS]
+            values = ", ".join([row_sql] * len(chunk))
+            cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", params)
+
+
+def claim_postgres(
+    connection: BaseDatabaseWrapper,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    limit: int,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """Claim up to ``limit`` ready rows in one statement; rows come back as column dicts."""
+    table = TaskRecord._meta.db_table
+    watchers = TaskWatcher._meta.db_table
+    queue_filter = "AND queue = ANY(%s)" if queues else ""
+    returning = ", ".join(f"t.{c}" for c in _COLUMNS)
+    sql = f"""
+        UPDATE {table} AS t
+        SET status = %s, worker_id = %s, started_at = %s, attempts = t.attempts + 1
+        FROM (
+            SELECT id FROM {table}
+            WHERE status = %s AND (run_after IS NULL OR run_after <= %s) {queue_filter}
+            ORDER BY priority DESC, created_at, id
+            LIMIT %s
+            FOR UPDATE SKIP LOCKED
+        ) AS ready
+        WHERE t.id = ready.id
+        RETURNING {returning},
+            ARRAY(SELECT w.user_id FROM {watchers} w WHERE w.task_id = t.id ORDER BY w.id)
+    """
+    params: list[Any] = [TaskStatus.RUNNING.value, worker_id, now, TaskStatus.PENDING.value, now]
+    if queues:
+        params.append(list(queues))
+    params.append(limit)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        fetched = cursor.fetchall()
+    claimed = []
+    for values in fetched:
+        record = dict(zip(_FIELDS, values[:-1], strict=True))
+        for name in JSON_COLUMNS:
+            if isinstance(record[name], str):
+                record[name] = json.loads(record[name])
+        record["grants"] = list(values[-1])
+        claimed.append(record)
+    return claimed
+
+
+def finish_postgres(
+    connection: BaseDatabaseWrapper, ends: Sequence[RunEnd]
+) -> set[tuple[str, str]]:
+    """Write run ends in one statement; return the (task id, run id) pairs that won."""
+    if not ends:
+        return set()
+    table = TaskRecord._meta.db_table
+    row_sql = "(%s, %s, %s, %s, %s::timestamptz, %s::jsonb, %s::jsonb, %s, %s::float8)"
+    params: list[Any] = []
+    for end in ends:
+        fields = end_fields(end)
+        params += [
+            end.task_id,
+            end.run_id,
+            end.worker_id,
+            str(fields["status"]),
+            fields["finished_at"],
+            None if fields["result"] is None else json.dumps(fields["result"]),
+            None if fields["error"] is None else json.dumps(fields["error"]),
+            str(fields["cancel_reason"]),
+            fields.get("progress"),
+        ]
+    sql = f"""
+        UPDATE {table} AS t
+        SET status = v.status, finished_at = v.finished_at, result = v.result,
+            error = v.error, cancel_reason = v.cancel_reason,
+            progress = COALESCE(v.progress, t.progress)
+        FROM (VALUES {", ".join([row_sql] * len(ends))})
+            AS v(id, run_id, worker_id, status, finished_at, result, error, cancel_reason, progress)
+        WHERE t.id = v.id AND t.run_id = v.run_id AND t.worker_id = v.worker_id
+            AND t.status = %s
+        RETURNING t.id, t.run_id
+    """
+    params.append(TaskStatus.RUNNING.value)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {(task_id, run_id) for task_id, run_id in cursor.fetchall()}
