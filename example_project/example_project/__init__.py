@@ -1,0 +1,1 @@
+"""A small Django site that uses django-workers the way an adopting project would."""

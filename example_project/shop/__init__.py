@@ -1,0 +1,1 @@
+"""The example shop: background tasks for orders, and the ``demo`` command."""

@@ -1,0 +1,365 @@
+"""``manage.py demo``: submit the shop's demo tasks, run them with runworkers, report.
+
+It clears the records of earlier demos, submits one task per feature as the
+user ``demo-user`` (and one site-wide task as ``System()``), runs
+``manage.py runworkers --burst`` as a separate process, cancels the long
+export from this process while it runs, then prints each task's outcome and
+exits non-zero if any task did not end as it should.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db.models import Q
+
+from django_workers import (
+    Owner,
+    System,
+    TaskAlreadyFinished,
+    TaskInfo,
+    TaskNotFound,
+    TaskOptions,
+    TaskStatus,
+    TaskSubmission,
+    cancel_task,
+    get_task_status,
+    submit_task,
+    submit_tasks,
+)
+from django_workers.models import TaskRecord
+from shop import tasks
+
+DEMO_USER = Owner("demo-user")
+#: The global (unscoped) keys the demo submits; everything else belongs to demo-user.
+GLOBAL_KEYS = ("search-index",)
+RECEIPTS = (1001, 1002, 1003)
+#: Clock slack when checking that receipts did not overlap (each takes 200 ms).
+OVERLAP_SLACK = timedelta(milliseconds=50)
+#: How long the long export may take to get going before the demo gives up.
+START_DEADLINE = 20.0
+#: The export's progress (%) at which the demo cancels it: mid-run, with work done.
+CANCEL_AT = 5
+
+
+@dataclass(frozen=True)
+class Expected:
+    """How a demo task should end."""
+
+    status: TaskStatus
+    attempts: int | None = None
+    progress: float | None = None
+    error_type: str | None = None
+    cancel_reason: str | None = None
+
+    def problems(self, info: TaskInfo) -> list[str]:
+        """What differs between ``info`` and this expectation."""
+        found = []
+        if info.status != self.status:
+            found.append(f"status {info.status}, expected {self.status}")
+        if self.attempts is not None and info.attempts != self.attempts:
+            found.append(f"{info.attempts} attempts, expected {self.attempts}")
+        if self.progress is not None and info.progress != self.progress:
+            found.append(f"progress {info.progress:g}%, expected {self.progress:g}%")
+        error_type = info.error.type.rsplit(".", 1)[-1] if info.error else None
+        if self.error_type is not None and error_type != self.error_type:
+            found.append(f"error {error_type}, expected {self.error_type}")
+        if self.cancel_reason is not None and info.cancel_reason != self.cancel_reason:
+            found.append(f"cancel reason {info.cancel_reason}, expected {self.cancel_reason}")
+        return found
+
+
+@dataclass
+class DemoTask:
+    """One task of the demo: what it is meant to show, how it should end, how it did."""
+
+    key: str
+    shows: str
+    expected: Expected
+    task_id: str = ""
+    info: TaskInfo | None = None
+    extra_problems: list[str] = field(default_factory=list)
+
+
+def submit_demo_tasks() -> dict[str, str]:
+    """Submit every demo task; return the task ids (not the keys) by key."""
+    ids = {
+        "resize-images": submit_task(
+            "resize-images", tasks.resize_images, DEMO_USER, args=[1001, 8]
+        ),
+        "charge-card": submit_task(
+            "charge-card",
+            tasks.charge_card,
+            DEMO_USER,
+            args=[1001, 2],
+            options=TaskOptions(retries=3, retry_backoff=0.1, retry_backoff_max=0.5),
+        ),
+        "export-catalog": submit_task(
+            "export-catalog", tasks.export_catalog, DEMO_USER, args=[400]
+        ),
+        "sync-inventory": submit_task(
+            "sync-inventory",
+            tasks.sync_inventory,
+            DEMO_USER,
+            args=["north"],
+            options=TaskOptions(retries=1, retry_backoff=0.1),
+        ),
+        "sales-report": submit_task(
+            "sales-report",
+            tasks.build_sales_report,
+            DEMO_USER,
+            args=[30],
+            options=TaskOptions(timeout=1, retries=2, retry_backoff=0.1),
+        ),
+        # Site-wide work: System() owns nothing, so the id is global (the key itself).
+        "search-index": submit_task(
+            "search-index", tasks.rebuild_search_index, System(), scope="global"
+        ),
+    }
+    # Several tasks in one call: written in one statement where the database allows.
+    receipts = [
+        TaskSubmission(key=f"receipt-{n}", task=tasks.send_receipt, args=[n], queue="emails")
+        for n in RECEIPTS
+    ]
+    ids.update(zip((r.key for r in receipts), submit_tasks(receipts, DEMO_USER), strict=True))
+    return ids
+
+
+def demo_tasks() -> list[DemoTask]:
+    """The demo's tasks, in the order they are reported."""
+    return [
+        DemoTask(
+            "resize-images",
+            "progress: update_progress(current_run(), pct) after each of 8 steps",
+            Expected(TaskStatus.COMPLETED, attempts=1, progress=100),
+        ),
+        DemoTask(
+            "charge-card",
+            "retries: fails twice (gateway down), succeeds on attempt 3 after backoff",
+            Expected(TaskStatus.COMPLETED, attempts=3),
+        ),
+        DemoTask(
+            "export-catalog",
+            "cancel: cancelled by this process while it ran; it polls raise_if_cancelled()",
+            Expected(TaskStatus.CANCELLED, attempts=1, cancel_reason="user"),
+        ),
+        DemoTask(
+            "sync-inventory",
+            "failure: raises every time; retries=1 gives up after 2 attempts",
+            Expected(TaskStatus.FAILED, attempts=2, error_type="LookupError"),
+        ),
+        DemoTask(
+            "sales-report",
+            "timeout: 1 s limit on 30 s of work; FAILED and never retried (retries=2)",
+            Expected(
+                TaskStatus.FAILED,
+                attempts=1,
+                error_type="TaskTimeoutError",
+                cancel_reason="timeout",
+            ),
+        ),
+        DemoTask(
+            "search-index",
+            "System(): a global task with no owner; demo-user cannot see it",
+            Expected(TaskStatus.COMPLETED, attempts=1),
+        ),
+        *(
+            DemoTask(
+                f"receipt-{n}",
+                "sequential queue: 'emails' has concurrency 1, so one at a time, in order",
+                Expected(TaskStatus.COMPLETED, attempts=1),
+            )
+            for n in RECEIPTS
+        ),
+    ]
+
+
+class Command(BaseCommand):
+    help = (
+        "Submit the shop's demo tasks, run them with 'runworkers --burst' in a separate "
+        "process, cancel one from here while it runs, and print how each ended."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--timeout",
+            type=float,
+            default=60.0,
+            help="Seconds the workers may take before the demo stops them and fails.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        demos = demo_tasks()
+        self.clear_earlier_runs()
+        self.section("Submitting the demo tasks")
+        ids = submit_demo_tasks()
+        for demo in demos:
+            demo.task_id = ids[demo.key]
+            self.stdout.write(f"  {demo.key:16} -> id {demo.task_id!r}")
+        export = next(d for d in demos if d.key == "export-catalog")
+
+        self.section("Running: manage.py runworkers --burst --concurrency 4")
+        started = time.monotonic()
+        worker = self.start_workers(options["verbosity"])
+        deadline = started + options["timeout"]
+        cancelled_at = self.cancel_when_running(export, worker, deadline)
+        code = self.wait_for(worker, deadline)
+        self.stdout.write(f"runworkers exited with code {code} after {self.since(started)}")
+        if cancelled_at is not None:
+            self.stdout.write(f"  ({self.since(cancelled_at)} after the cancel)")
+
+        for demo in demos:
+            demo.info = get_task_status(demo.task_id, System())
+        self.check_visibility(demos)
+        self.check_sequential([d for d in demos if d.key.startswith("receipt-")])
+        failed = self.report(demos)
+        if code != 0:
+            raise CommandError(f"runworkers exited with code {code}, expected 0.")
+        if failed:
+            raise CommandError(f"{failed} of {len(demos)} tasks did not end as expected.")
+        self.stdout.write(self.style.SUCCESS(f"All {len(demos)} tasks ended as expected."))
+
+    # -- steps --
+
+    def clear_earlier_runs(self) -> None:
+        """Delete the records an earlier demo left, so every task starts as a fresh run."""
+        # The model, not the task API: the API has no delete, only cancel and retention.
+        stale = TaskRecord.objects.filter(Q(owner=DEMO_USER.user_id) | Q(id__in=GLOBAL_KEYS))
+        deleted, _ = stale.delete()
+        if deleted:
+            self.stdout.write(f"Cleared {deleted} records of an earlier demo.")
+
+    def start_workers(self, verbosity: int) -> subprocess.Popen[bytes]:
+        manage = Path(settings.BASE_DIR) / "manage.py"
+        command = [sys.executable, str(manage), "runworkers", "--burst", "--concurrency", "4"]
+        command += ["--verbosity", str(verbosity)]
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        sys.stdout.flush()
+        return subprocess.Popen(command, cwd=manage.parent, env=env)
+
+    def cancel_when_running(
+        self, demo: DemoTask, worker: subprocess.Popen[bytes], deadline: float
+    ) -> float | None:
+        """Cancel ``demo`` once it runs and has made some progress; return when, or None."""
+        deadline = min(deadline, time.monotonic() + START_DEADLINE)
+        while time.monotonic() < deadline and worker.poll() is None:
+            info = get_task_status(demo.task_id, DEMO_USER)
+            if info.status == TaskStatus.RUNNING and info.progress >= CANCEL_AT:
+                try:
+                    after = cancel_task(demo.task_id, DEMO_USER)
+                except TaskAlreadyFinished as e:
+                    demo.extra_problems.append(f"ended before the cancel reached it: {e}")
+                    return None
+                self.stdout.write(
+                    self.style.WARNING(
+                        f">>> demo: cancelled {demo.key} at {info.progress:.0f}% "
+                        f"(now {after.status}: {after.error.message if after.error else ''})"
+                    )
+                )
+                self.stdout.flush()  # show it in step with the worker's log lines
+                return time.monotonic()
+            if info.is_finished:
+                break
+            time.sleep(0.05)
+        demo.extra_problems.append(
+            f"never seen RUNNING at {CANCEL_AT}% within {START_DEADLINE:g} s, so not cancelled"
+        )
+        return None
+
+    def wait_for(self, worker: subprocess.Popen[bytes], deadline: float) -> int:
+        try:
+            return worker.wait(timeout=max(deadline - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:
+            self.stderr.write("The workers are taking too long; stopping them (SIGTERM).")
+            worker.terminate()
+            try:
+                worker.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                worker.wait()
+            raise CommandError("runworkers did not finish in time; see the log above.") from None
+
+    def check_visibility(self, demos: Sequence[DemoTask]) -> None:
+        """A global task is invisible to a user who does not watch it: TaskNotFound."""
+        for demo in demos:
+            if demo.key in GLOBAL_KEYS:
+                try:
+                    get_task_status(demo.task_id, DEMO_USER)
+                except TaskNotFound:
+                    continue
+                demo.extra_problems.append("demo-user can see it; it should get TaskNotFound")
+
+    def check_sequential(self, receipts: Sequence[DemoTask]) -> None:
+        """Each receipt started in submission order, after the previous one had finished."""
+        for before, after in pairwise(receipts):
+            a, b = before.info, after.info
+            if not (a and b and a.started_at and a.finished_at and b.started_at):
+                continue  # not run at all: its status check reports that
+            if b.started_at < a.started_at:
+                after.extra_problems.append(f"started before {before.key}")
+            # started_at is stamped as the claim begins, a moment before it sees the
+            # previous receipt finished; a real overlap would be a whole receipt long.
+            elif b.started_at < a.finished_at - OVERLAP_SLACK:
+                after.extra_problems.append(f"ran while {before.key} was still running")
+
+    # -- output --
+
+    def report(self, demos: Sequence[DemoTask]) -> int:
+        """Print the outcome table and what each task shows; return how many went wrong."""
+        self.section("Outcome")
+        rows = [("task", "status", "attempts", "progress", "result or error")]
+        for demo in demos:
+            info = demo.info
+            assert info is not None
+            rows.append(
+                (demo.key, info.status, str(info.attempts), f"{info.progress:.0f}%", outcome(info))
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(4)]
+        for n, row in enumerate(rows):
+            cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+            line = "  " + "  ".join([*cells, row[4]])
+            self.stdout.write(self.style.MIGRATE_LABEL(line) if n == 0 else line)
+
+        self.section("What each task shows")
+        failed = 0
+        key_width = max(len(d.key) for d in demos)
+        for demo in demos:
+            assert demo.info is not None
+            problems = demo.expected.problems(demo.info) + demo.extra_problems
+            mark = self.style.SUCCESS("ok  ") if not problems else self.style.ERROR("FAIL")
+            self.stdout.write(f"  {mark}  {demo.key.ljust(key_width)}  {demo.shows}")
+            for problem in problems:
+                self.stdout.write(self.style.ERROR(f"        {'':{key_width}}  ! {problem}"))
+            failed += bool(problems)
+        return failed
+
+    def section(self, title: str) -> None:
+        self.stdout.write("")
+        self.stdout.write(self.style.MIGRATE_HEADING(title))
+
+    @staticmethod
+    def since(moment: float) -> str:
+        return f"{time.monotonic() - moment:.1f} s"
+
+
+def outcome(info: TaskInfo, width: int = 60) -> str:
+    """The task's result, or its error as "Type: message", cut to ``width`` characters."""
+    if info.error is not None:
+        text = f"{info.error.type.rsplit('.', 1)[-1]}: {info.error.message}"
+    elif info.result is None:
+        text = "-"
+    else:
+        text = json.dumps(info.result)
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,80 @@
+"""The shop's background tasks.
+
+Each is a module-level function: a worker in another process imports it by its
+dotted path (``shop.tasks.resize_images``), so it takes and returns JSON-friendly
+values only. ``time.sleep`` stands in for real work. Long tasks look at
+``current_run().raise_if_cancelled()`` between steps: nothing interrupts a
+running task from outside, so this is how a cancel, a timeout or a worker
+shutdown actually stops it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.tasks import task
+
+from django_workers import current_run, update_progress
+
+#: Seconds of pretend work per step.
+STEP = 0.05
+
+
+def resize_images(order_id: int, images: int) -> dict[str, int]:
+    """Resize the images of an order, reporting progress after each one."""
+    for done in range(1, images + 1):
+        current_run().raise_if_cancelled()
+        time.sleep(STEP)
+        update_progress(current_run(), 100 * done / images)
+    return {"order": order_id, "resized": images}
+
+
+def charge_card(order_id: int, outage_attempts: int) -> str:
+    """Charge an order; the payment gateway is down for the first ``outage_attempts`` attempts.
+
+    The attempt number comes from the task record, not from a counter in this
+    process, so it stays right when a retry runs in another worker.
+    """
+    attempt = current_run().attempts
+    if attempt <= outage_attempts:
+        raise ConnectionError(f"payment gateway did not answer (attempt {attempt})")
+    return f"order {order_id} charged on attempt {attempt}"
+
+
+def export_catalog(products: int) -> int:
+    """Export the catalogue, one product at a time; stops when cancelled."""
+    for done in range(1, products + 1):
+        current_run().raise_if_cancelled()
+        time.sleep(STEP)
+        update_progress(current_run(), 100 * done / products)
+    return products
+
+
+def sync_inventory(warehouse: str) -> None:
+    """Pull stock levels from a warehouse that does not exist: always fails."""
+    raise LookupError(f"warehouse {warehouse!r} is not configured")
+
+
+def build_sales_report(seconds: float) -> str:
+    """Work for ``seconds`` seconds; longer than its timeout allows."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        current_run().raise_if_cancelled()
+        time.sleep(STEP)
+    return "report built"
+
+
+def send_receipt(order_id: int) -> str:
+    """Email the receipt of an order (the "emails" queue sends one at a time)."""
+    time.sleep(4 * STEP)
+    return f"receipt for order {order_id} sent"
+
+
+@task
+def rebuild_search_index() -> dict[str, int]:
+    """Rebuild the product search index: site-wide work that no user owns.
+
+    A Django ``@task`` works with ``submit_task`` unchanged.
+    """
+    time.sleep(STEP)
+    return {"products": 120}
