@@ -78,14 +78,15 @@ class Recorder:
 
 
 def test_submit_inserts_a_new_record(store: WorkerStore) -> None:
-    new = NewTaskFactory(args=[3, 4], watchers=("alice", "svc"), priority=5, queue="q")
+    new = NewTaskFactory(args=[3, 4], watchers=("alice", "svc", "bob"), priority=5, queue="q")
     assert store.submit(new, "alice") == Submitted(new.id, new.run_id, created=True)
     info = store.get_task_info(new.id)
     assert info is not None
     assert (info.id, info.key, info.owner, info.scope) == (new.id, new.key, "alice", "user")
     assert (info.args, info.queue, info.priority) == ([3, 4], "q", 5)
     assert (info.status, info.progress, info.attempts, info.result) == ("PENDING", 0.0, 0, None)
-    assert (info.run_id, info.watchers) == (new.run_id, ("alice", "svc"))
+    # The owner first, then the grants in the order given.
+    assert (info.run_id, info.watchers) == (new.run_id, ("alice", "svc", "bob"))
     assert info.cancel_reason is CancelReason.NONE
 
 

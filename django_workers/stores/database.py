@@ -112,7 +112,9 @@ class DatabaseWorkerStore(WorkerStore):
         )
 
     def _grants(self, task_id: str) -> list[str]:
-        return list(self._watchers().filter(task_id=task_id).values_list("user_id", flat=True))
+        # In grant order, like the memory store: without ORDER BY the plan decides.
+        grants = self._watchers().filter(task_id=task_id).order_by("pk")
+        return list(grants.values_list("user_id", flat=True))
 
     def _resubmit(self, new: NewTask, caller: str | None, row: dict[str, Any]) -> Submitted:
         grants = self._grants(new.id)
@@ -180,7 +182,7 @@ class DatabaseWorkerStore(WorkerStore):
     def _infos(self, found: list[dict[str, Any]]) -> list[TaskInfo]:
         grants: dict[str, list[str]] = {}
         if found:
-            pairs = self._watchers().filter(task_id__in=[r["id"] for r in found])
+            pairs = self._watchers().filter(task_id__in=[r["id"] for r in found]).order_by("pk")
             for task_id, user_id in pairs.values_list("task_id", "user_id"):
                 grants.setdefault(task_id, []).append(user_id)
         return [rows.info_of(row, grants.get(row["id"], ())) for row in found]

@@ -1,0 +1,125 @@
+"""What only the database store has: query counts on hot paths, and plan-proof reads."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from pytest_django import DjangoAssertNumQueries
+
+from django_workers import (
+    Owner,
+    TaskSubmission,
+    cancel_task,
+    get_all_tasks,
+    get_task_status,
+    submit_task,
+    submit_tasks,
+)
+from django_workers.models import TaskRecord, TaskWatcher
+from django_workers.stores.database import DatabaseWorkerStore
+from tests.factories import NewTaskFactory, TaskRecordFactory, TaskWatcherFactory
+from tests.tasks import add
+
+ALICE, SVC = Owner("alice"), Owner("svc")
+
+# Counts include the BEGIN/COMMIT Django logs. On PostgreSQL a large batch goes
+# through COPY, which runs on the driver's cursor and is not logged.
+BULK_QUERIES = {"postgresql": 4}
+BULK_QUERIES_DEFAULT = 5  # BEGIN, SELECT existing ids, INSERT tasks, INSERT watchers, COMMIT
+
+
+def test_get_task_info_is_two_queries(
+    db_store: DatabaseWorkerStore, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    task_id = submit_task("k", add, ALICE, args=[1, 2], watchers=[SVC], store=db_store)
+    with django_assert_num_queries(2):  # the row, then its watchers
+        info = get_task_status(task_id, ALICE, store=db_store)
+    assert info.watchers == ("alice", "svc")
+
+
+def test_submit_of_a_new_task_is_one_insert(
+    db_store: DatabaseWorkerStore, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    with django_assert_num_queries(1):
+        task_id = submit_task("k", add, ALICE, args=[1, 2], store=db_store)
+    assert TaskRecord.objects.get(pk=task_id).args == [1, 2]
+
+
+def test_submit_with_watchers_is_one_short_transaction(
+    db_store: DatabaseWorkerStore, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    # BEGIN, lock the id, SAVEPOINT, INSERT task, INSERT watcher, RELEASE, COMMIT.
+    with django_assert_num_queries(7):
+        task_id = submit_task("k", add, ALICE, args=[1, 2], watchers=[SVC], store=db_store)
+    assert list(TaskWatcher.objects.filter(task_id=task_id).values_list("user_id", flat=True)) == [
+        "svc"
+    ]
+
+
+def test_a_join_reads_and_writes_nothing_new(
+    db_store: DatabaseWorkerStore, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    task_id = submit_task("k", add, ALICE, args=[1, 2], store=db_store)
+    # The refused INSERT, then BEGIN, lock the row, read its watchers, COMMIT.
+    with django_assert_num_queries(5):
+        assert submit_task("k", add, ALICE, args=[1, 2], store=db_store) == task_id
+    assert TaskRecord.objects.count() == 1
+
+
+def test_bulk_submit_is_a_constant_number_of_queries(
+    db_store: DatabaseWorkerStore, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    batch = [TaskSubmission(key=f"k{i}", task=add, args=[i, i], watchers=[SVC]) for i in range(100)]
+    with django_assert_num_queries(BULK_QUERIES.get(connection.vendor, BULK_QUERIES_DEFAULT)):
+        ids = submit_tasks(batch, ALICE, store=db_store)
+    assert len(set(ids)) == 100
+    assert TaskRecord.objects.count() == 100
+    assert TaskWatcher.objects.filter(user_id="svc").count() == 100
+
+
+@pytest.mark.django_db
+def test_listing_reads_watchers_in_one_query(
+    django_assert_num_queries: DjangoAssertNumQueries,
+) -> None:
+    for row in TaskRecordFactory.create_batch(30):
+        TaskWatcherFactory.create_batch(2, task=row)
+    TaskRecordFactory.create_batch(5, owner="bob")
+    with django_assert_num_queries(2):  # the page, then the watchers of its rows
+        page = get_all_tasks(ALICE, limit=1000, store=DatabaseWorkerStore())
+    assert len(page) == 30
+    assert all(len(info.watchers) == 3 and info.watchers[0] == "alice" for info in page)
+
+
+@pytest.mark.django_db
+def test_cancel_is_a_fenced_update_between_two_reads(
+    django_assert_num_queries: DjangoAssertNumQueries,
+) -> None:
+    store = DatabaseWorkerStore()
+    task_id = submit_task("k", add, ALICE, args=[1, 2], store=store)
+    with django_assert_num_queries(5):  # read (row, watchers), UPDATE, read again
+        assert cancel_task(task_id, ALICE, store=store).status == "CANCELLED"
+
+
+def _drop_task_id_indexes() -> None:
+    """Leave the unique (task, user_id) index as the only way to find a task's watchers."""
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, TaskWatcher._meta.db_table)
+        for name, info in constraints.items():
+            if info["index"] and info["columns"] == ["task_id"] and not info["unique"]:
+                cursor.execute(f"DROP INDEX {connection.ops.quote_name(name)}")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute("SET LOCAL enable_bitmapscan = off")
+
+
+@pytest.mark.django_db
+def test_watchers_keep_grant_order_whatever_plan_the_database_picks() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("forcing an index-only plan needs PostgreSQL (DDL in the test transaction)")
+    store = DatabaseWorkerStore()
+    new = NewTaskFactory(watchers=("alice", "zed", "amy", "mo"))
+    store.submit(new, "alice")
+    _drop_task_id_indexes()
+    # An index-only scan of (task, user_id) returns user ids sorted; grants keep their order.
+    assert store.get_task_info(new.id).watchers == ("alice", "zed", "amy", "mo")  # type: ignore[union-attr]
+    [listed] = store.list_tasks(user_id="amy")
+    assert listed.watchers == ("alice", "zed", "amy", "mo")
