@@ -29,6 +29,7 @@ from django_workers.exceptions import (
     WorkersError,
     WorkflowExists,
 )
+from django_workers.handles import TaskHandle, open_task, submit
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.options import TaskOptions
 from django_workers.runtime.registry import current_run
@@ -47,6 +48,7 @@ __all__ = [
     "TaskAlreadyFinished",
     "TaskCancelled",
     "TaskFailure",
+    "TaskHandle",
     "TaskInfo",
     "TaskNotFound",
     "TaskNotImportable",
@@ -62,10 +64,12 @@ __all__ = [
     "default_store",
     "get_all_tasks",
     "get_task_status",
+    "open_task",
     "owner_of",
     "scoped_task_key",
     "set_queue_authorizer",
     "set_watch_authorizer",
+    "submit",
     "submit_task",
     "submit_tasks",
     "update_progress",

@@ -41,7 +41,7 @@ from django_workers.exceptions import (
 from django_workers.info import LIVE_STATUSES, TaskFailure, TaskInfo, TaskStatus
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef, task_path, to_json
-from django_workers.stores import NewTask, WorkerStore, default_store
+from django_workers.stores import NewTask, Submitted, WorkerStore, default_store
 
 DEFAULT_QUEUE = "default"
 QUEUE_MAX_LENGTH = 100
@@ -102,17 +102,24 @@ def submit_tasks(
     """Submit many tasks, written in one statement where the database allows; return ids."""
     authority = check_authority(authority)
     store = store or default_store()
-    news = [_new_task(spec, authority, store) for spec in submissions]
+    news = [build_task(spec, authority, store) for spec in submissions]
+    return [sub.id for sub in write_tasks(news, authority, store)]
+
+
+def write_tasks(
+    news: Sequence[NewTask], authority: Authority, store: WorkerStore
+) -> list[Submitted]:
+    """Write records ``build_task`` made, then wake the workers of the queues that got runs."""
     if not news:
         return []
     done = store.submit_many(news, user_id_of(authority))
     created = {new.queue for new, sub in zip(news, done, strict=True) if sub.created}
     if created:
         store.notify_enqueued(created)
-    return [sub.id for sub in done]
+    return done
 
 
-def _new_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) -> NewTask:
+def build_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) -> NewTask:
     """Validate one submission completely and build the record it would write."""
     if not isinstance(spec, TaskSubmission):
         raise TypeError(f"submit_tasks takes TaskSubmission objects, got {type(spec).__name__}.")
@@ -133,6 +140,9 @@ def _new_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) ->
     if django_task is not None and django_task.takes_context:
         stored_options["takes_context"] = True
     priority = spec.priority if spec.priority is not None else getattr(django_task, "priority", 0)
+    run_after = (
+        spec.run_after if spec.run_after is not None else getattr(django_task, "run_after", None)
+    )
     return NewTask(
         id=task_id,
         key=spec.key,
@@ -143,7 +153,7 @@ def _new_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) ->
         kwargs=_check_kwargs(spec.kwargs),
         queue=queue,
         priority=_check_priority(priority),
-        run_after=_check_run_after(spec.run_after),
+        run_after=_check_run_after(run_after),
         options=stored_options,
         run_id=new_run_id(),
         created_at=clock.now(),
@@ -297,16 +307,24 @@ _CANCEL_ATTEMPTS = 5
 
 
 def cancel_task(
-    task_id: str, authority: Authority, *, store: WorkerStore | None = None
+    task_id: str,
+    authority: Authority,
+    *,
+    run_id: str | None = None,
+    store: WorkerStore | None = None,
 ) -> TaskInfo:
     """Cancel a task; return its new snapshot. TaskAlreadyFinished if it has ended.
 
     A PENDING or WAITING task never runs. A RUNNING one is claimed CANCELLED
     first (fenced on its run), then the run's token is set wherever it runs.
+    With ``run_id``, only that run is cancelled: once a re-run has replaced
+    it, the answer is TaskAlreadyFinished (task handles pass their run).
     """
     store = store or default_store()
     for _ in range(_CANCEL_ATTEMPTS):
         info = get_task_status(task_id, authority, store=store)
+        if run_id is not None and info.run_id != run_id:
+            raise TaskAlreadyFinished(task_id, "superseded by a re-run")
         if info.is_finished:
             raise TaskAlreadyFinished(task_id, info.status)
         if store.try_transition(

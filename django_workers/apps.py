@@ -1,4 +1,4 @@
-"""The Django app config: registers the system checks."""
+"""The Django app config: registers the system checks and the django.tasks hooks."""
 
 from __future__ import annotations
 
@@ -11,4 +11,6 @@ class DjangoWorkersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_workers import checks  # noqa: F401  (registers the checks)
+        # checks registers the system checks; backends installs the takes_context
+        # factory and the run observer that sends Django's task_started/finished.
+        from django_workers import backends, checks  # noqa: F401

@@ -78,6 +78,8 @@ class TaskInfo:
     watchers: tuple[str, ...]
     workflow: str | None = None
     node: str | None = None
+    # The django.tasks backend alias it was enqueued through; None for submit_task.
+    backend: str | None = None
     # The live run's token; only snapshots made by the runtime inside a run carry one.
     _token: CancelToken | None = field(default=None, repr=False, compare=False)
 

@@ -47,6 +47,10 @@ class Listener:
     def stop(self) -> None:
         self._stopped.set()
 
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the thread to close its connection, after ``stop()``."""
+        self._thread.join(timeout)
+
     def _loop(self) -> None:
         import psycopg
 

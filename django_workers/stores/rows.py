@@ -74,6 +74,7 @@ def info_of(row: Mapping[str, Any], watchers: Iterable[str]) -> TaskInfo:
         watchers=tuple(listed),
         workflow=row["workflow"],
         node=row["node"],
+        backend=(row["options"] or {}).get("backend"),
     )
 
 

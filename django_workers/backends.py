@@ -1,0 +1,240 @@
+"""``WorkersBackend``: django-workers as a backend of Django's Tasks framework (SPEC §5).
+
+``TASKS = {"default": {"BACKEND": "django_workers.backends.WorkersBackend"}}``
+makes ``.enqueue()`` of every ``@task`` write a task record that ``runworkers``
+executes. Such records are global-scope, System-authority tasks with a
+generated id. The backend alias is kept in the record's options (``backend``):
+that is how a worker knows to send Django's task signals, and how
+``get_result`` tells these records from tasks submitted with ``submit_task``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from django.apps import apps
+from django.core.checks import CheckMessage, Error
+from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
+from django.tasks.backends.base import BaseTaskBackend
+from django.tasks.base import TaskError
+from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+from django.tasks.signals import task_enqueued, task_finished, task_started
+from django.utils.json import normalize_json
+
+from django_workers.api import TaskSubmission, build_task, get_task_status, write_tasks
+from django_workers.authority import System
+from django_workers.cancellation import cancel_message
+from django_workers.exceptions import (
+    InvalidTaskKey,
+    InvalidTaskOptions,
+    TaskCancelled,
+    TaskNotFound,
+    TaskNotImportable,
+)
+from django_workers.info import TaskFailure, TaskInfo, TaskStatus
+from django_workers.references import resolve
+from django_workers.runtime.invoke import set_context_factory
+from django_workers.runtime.runtime import add_run_observer
+from django_workers.stores import default_store
+from django_workers.stores.base import RunEnd
+
+logger = logging.getLogger("django_workers.backends")
+
+#: The key of a record's options that holds the alias it was enqueued through.
+BACKEND_OPTION = "backend"
+
+#: SPEC §5: how our statuses read in Django's vocabulary.
+STATUSES: Mapping[TaskStatus, TaskResultStatus] = {
+    TaskStatus.WAITING: TaskResultStatus.READY,
+    TaskStatus.PENDING: TaskResultStatus.READY,
+    TaskStatus.RUNNING: TaskResultStatus.RUNNING,
+    TaskStatus.COMPLETED: TaskResultStatus.SUCCESSFUL,
+    TaskStatus.FAILED: TaskResultStatus.FAILED,
+    TaskStatus.CANCELLED: TaskResultStatus.FAILED,
+}
+
+
+class WorkersBackend(BaseTaskBackend):
+    """Enqueue ``@task`` functions as django-workers records; read them back as TaskResults."""
+
+    # run_after is stored on the record, and the claim skips a task until then.
+    supports_defer = True
+    # The worker runs ``async def`` task functions to completion on its run thread.
+    supports_async_task = True
+    # Results live in the database, so any process can read them.
+    supports_get_result = True
+    # The claim takes the highest priority first, then the oldest.
+    supports_priority = True
+
+    def validate_task(self, task: Task) -> None:
+        """Refuse, with InvalidTask, a task a worker in another process could not run."""
+        super().validate_task(task)
+        name = task.func.__qualname__
+        if "<lambda>" in name:
+            raise InvalidTask(
+                "Task function must be a named function; a lambda cannot be imported."
+            )
+        if task.func.__module__ == "__main__":
+            raise InvalidTask(
+                f"Task function {name!r} is defined in __main__, which a worker cannot import; "
+                "move it to a module of your project."
+            )
+
+    def enqueue(self, task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> TaskResult:
+        """Write a global-scope record for ``task`` and return its READY TaskResult."""
+        self.validate_task(task)
+        # Refuse what Django's TaskResult would refuse, before anything is written.
+        args, kwargs = normalize_json(args), normalize_json(kwargs)
+        spec = TaskSubmission(
+            key=uuid.uuid4().hex, task=task, args=args, kwargs=kwargs, scope="global"
+        )
+        store = default_store()
+        try:
+            new = build_task(spec, System(), store)
+        except (TaskNotImportable, InvalidTaskOptions) as e:
+            raise InvalidTask(str(e)) from e
+        new = dataclasses.replace(new, options={**new.options, BACKEND_OPTION: self.alias})
+        write_tasks([new], System(), store)
+        result = TaskResult(
+            task=task,
+            id=new.id,
+            status=TaskResultStatus.READY,
+            enqueued_at=new.created_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=new.args,
+            kwargs=new.kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        task_enqueued.send(type(self), task_result=result)
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """The TaskResult of a record enqueued through a django.tasks backend."""
+        try:
+            info = get_task_status(str(result_id), System())
+        except (TaskNotFound, InvalidTaskKey):
+            raise TaskResultDoesNotExist(result_id) from None
+        if info.backend is None:
+            # Submitted with submit_task: it has an owner and is not Django's to read.
+            raise TaskResultDoesNotExist(result_id)
+        return task_result_of(info)
+
+    def check(self, **kwargs: Any) -> Iterator[CheckMessage]:
+        if not apps.is_installed("django_workers"):
+            yield Error(
+                f"TASKS[{self.alias!r}] uses WorkersBackend, but django_workers is not installed.",
+                hint="Add 'django_workers' to INSTALLED_APPS and run migrate.",
+                id="django_workers.E010",
+            )
+
+
+def task_result_of(info: TaskInfo) -> TaskResult:
+    """Django's view of a task record (or of a live run's snapshot)."""
+    task = _task_of(info)
+    result = TaskResult(
+        task=task,
+        id=info.id,
+        status=STATUSES[info.status],
+        enqueued_at=info.created_at,
+        started_at=info.started_at,
+        finished_at=info.finished_at,
+        # One started_at per run; retries of a run happen inside it.
+        last_attempted_at=info.started_at,
+        args=info.args,
+        kwargs=info.kwargs,
+        backend=info.backend or task.backend,
+        errors=_errors_of(info),
+        # Django counts attempts as worker ids; a retry runs on the same worker.
+        worker_ids=[info.worker_id or ""] * info.attempts,
+    )
+    if info.status == TaskStatus.COMPLETED:
+        object.__setattr__(result, "_return_value", info.result)
+    return result
+
+
+def _task_of(info: TaskInfo) -> Task:
+    target = resolve(info.task_path)
+    if not isinstance(target, Task):
+        raise TaskNotImportable(
+            f"{info.task_path!r} is no longer a django.tasks Task (was its @task removed?); "
+            "read this record with get_task_status instead."
+        )
+    try:
+        return dataclasses.replace(
+            target,
+            priority=info.priority,
+            queue_name=info.queue,
+            run_after=info.run_after,
+            backend=info.backend or target.backend,
+        )
+    except (InvalidTask, InvalidTaskBackend):
+        # The TASKS settings changed since the enqueue (queue or alias gone): the
+        # record still reads, with the task as it is declared now.
+        return target
+
+
+def _errors_of(info: TaskInfo) -> list[TaskError]:
+    failure = info.error
+    if info.status == TaskStatus.CANCELLED:
+        message = failure.message if failure else cancel_message(info.cancel_reason)
+        failure = TaskFailure(_path(TaskCancelled), message)
+    if failure is None:
+        return []
+    # Ends the worker writes itself (cancel, timeout, worker lost) have no traceback;
+    # give them the last line a traceback would have, so the message is not lost.
+    text = failure.traceback or f"{failure.type}: {failure.message}\n"
+    return [TaskError(exception_class_path=failure.type, traceback=text)]
+
+
+def _path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# -- the worker side ------------------------------------------------------------------
+
+
+def _context_of(info: TaskInfo, task: Task) -> TaskContext:
+    """The first argument of a ``takes_context=True`` task: Django's TaskContext of this run."""
+    return TaskContext(task_result=task_result_of(info))
+
+
+def _send_signals(event: str, info: TaskInfo, end: RunEnd | None) -> None:
+    """Send Django's task_started / task_finished for runs of records enqueued here."""
+    if info.backend is None:
+        return
+    sender = _backend_class(info.backend)
+    if event == "started":
+        task_started.send(sender, task_result=task_result_of(info))
+    elif event == "finished" and end is not None:
+        task_finished.send(sender, task_result=task_result_of(_ended(info, end)))
+
+
+def _backend_class(alias: str) -> type[BaseTaskBackend]:
+    try:
+        return type(task_backends[alias])
+    except InvalidTaskBackend:
+        return WorkersBackend
+
+
+def _ended(info: TaskInfo, end: RunEnd) -> TaskInfo:
+    return dataclasses.replace(
+        info,
+        status=end.status,
+        finished_at=end.finished_at,
+        result=end.result,
+        error=TaskFailure.from_json(end.error),
+        cancel_reason=end.cancel_reason,
+        progress=info.progress if end.progress is None else end.progress,
+    )
+
+
+set_context_factory(_context_of)
+add_run_observer(_send_signals)

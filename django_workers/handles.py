@@ -1,0 +1,320 @@
+"""Task handles: read, wait for, fetch and cancel one run of a task from any process (SPEC §5).
+
+``open_task(id, authority)`` binds a handle to the run that is current when it
+is opened (its ``run_id``). A re-run replaces a finished record with a new
+run; from then on the handle reports its own run as superseded and never
+hands back the newer run's result.
+
+Waiting: on PostgreSQL one LISTEN connection per process (and database) wakes
+every waiting handle when a ``d:<task id>`` notification says that task ended
+(migration 0002 sends it), so ``wait()`` returns within milliseconds of the
+end. Elsewhere a handle polls with backoff, 10 ms doubling to 500 ms.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from asgiref.sync import sync_to_async
+
+from django_workers.api import cancel_task, get_task_status, submit_task
+from django_workers.authority import Authority, Owner, Scope, check_authority
+from django_workers.cancellation import CancelReason, cancel_message
+from django_workers.exceptions import RemoteTaskError, TaskCancelled
+from django_workers.info import TaskFailure, TaskInfo, TaskStatus
+from django_workers.options import TaskOptions
+from django_workers.references import TaskRef
+from django_workers.runtime.wakeup import Listener, listen_params
+from django_workers.stores import WorkerStore, default_store
+
+#: Polling without NOTIFY: the first pause, doubled up to the last, in seconds.
+POLL_FIRST, POLL_MAX = 0.01, 0.5
+#: With LISTEN up, the row is still re-read this often, in case a notification was lost.
+NOTIFY_SAFETY_POLL = 2.0
+
+
+def open_task(
+    task_id: str, authority: Authority, *, store: WorkerStore | None = None
+) -> TaskHandle:
+    """A handle on the current run of a task the authority may see, else TaskNotFound."""
+    store = store or default_store()
+    return TaskHandle(get_task_status(task_id, authority, store=store), authority, store)
+
+
+def submit(
+    key: str,
+    task: TaskRef,
+    authority: Authority,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    scope: Scope = "user",
+    watchers: Sequence[Owner] = (),
+    queue: str | None = None,
+    priority: int | None = None,
+    run_after: datetime | timedelta | None = None,
+    options: TaskOptions | None = None,
+    store: WorkerStore | None = None,
+) -> TaskHandle:
+    """``submit_task`` with the same arguments, returning a handle on the run instead of the id."""
+    store = store or default_store()
+    task_id = submit_task(
+        key,
+        task,
+        authority,
+        args=args,
+        kwargs=kwargs,
+        scope=scope,
+        watchers=watchers,
+        queue=queue,
+        priority=priority,
+        run_after=run_after,
+        options=options,
+        store=store,
+    )
+    return open_task(task_id, authority, store=store)
+
+
+class TaskHandle:
+    """One run of one task, as seen by an authority; made by ``open_task`` or ``submit``."""
+
+    def __init__(self, info: TaskInfo, authority: Authority, store: WorkerStore) -> None:
+        self.id = info.id
+        self.run_id = info.run_id
+        self._authority = check_authority(authority)
+        self._store = store
+        self._seen = info
+        # A run's end never changes (a re-run is another run), so it is kept once seen.
+        self._final: TaskInfo | None = info if info.is_finished else None
+        self._superseded = False
+
+    def __repr__(self) -> str:
+        return f"<TaskHandle {self.id!r} run {self.run_id}>"
+
+    @property
+    def superseded(self) -> bool:
+        """True once a re-run is known to have replaced this handle's run before it ended."""
+        return self._superseded
+
+    def status(self) -> TaskInfo:
+        """The latest snapshot of this handle's run (never a newer run's)."""
+        if self._final is not None:
+            return self._final
+        return self._record(get_task_status(self.id, self._authority, store=self._store))
+
+    def wait(self, timeout: float | None = None) -> TaskInfo:
+        """Block until the run ends and return its final snapshot; TimeoutError after ``timeout``.
+
+        A wait that times out leaves the task alone; ``cancel()`` stops it.
+        """
+        deadline = _deadline(timeout)
+        ends = _task_ends(self._store)
+        woken = threading.Event()
+        with _watching(ends, self.id, woken.set):
+            pause = POLL_FIRST
+            while True:
+                woken.clear()  # before the read: an end after it sets the event again
+                info = self.status()
+                if info.is_finished:
+                    return info
+                step, pause = _next_pause(ends, pause)
+                woken.wait(min(step, self._left(deadline, timeout)))
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the end; return the run's value, or raise RemoteTaskError with its error."""
+        return _value_of(self.wait(timeout))
+
+    def cancel(self) -> TaskInfo:
+        """Cancel this run (SPEC §4.4); TaskAlreadyFinished if it ended or was superseded."""
+        info = cancel_task(self.id, self._authority, run_id=self.run_id, store=self._store)
+        return self._record(info)
+
+    # -- async twins --
+
+    async def astatus(self) -> TaskInfo:
+        """See status()."""
+        return await sync_to_async(self.status)()
+
+    async def await_(self, timeout: float | None = None) -> TaskInfo:
+        """See wait(); suspends the coroutine instead of blocking the thread."""
+        deadline = _deadline(timeout)
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+        ends = _task_ends(self._store)
+        with _watching(ends, self.id, lambda: loop.call_soon_threadsafe(woken.set)):
+            pause = POLL_FIRST
+            while True:
+                woken.clear()
+                info = await self.astatus()
+                if info.is_finished:
+                    return info
+                step, pause = _next_pause(ends, pause)
+                step = min(step, self._left(deadline, timeout))
+                with contextlib.suppress(TimeoutError):  # asyncio's: this pause is over
+                    await asyncio.wait_for(woken.wait(), step)
+
+    async def aresult(self, timeout: float | None = None) -> Any:
+        """See result()."""
+        return _value_of(await self.await_(timeout))
+
+    async def acancel(self) -> TaskInfo:
+        """See cancel()."""
+        return await sync_to_async(self.cancel)()
+
+    # -- internals --
+
+    def _record(self, info: TaskInfo) -> TaskInfo:
+        """Keep a fresh read of the record if it is still this run; else report superseded."""
+        if info.run_id != self.run_id:
+            self._superseded = True
+            self._final = _superseded(self._seen, info)
+            return self._final
+        self._seen = info
+        if info.is_finished:
+            self._final = info
+        return info
+
+    def _left(self, deadline: float | None, timeout: float | None) -> float:
+        if deadline is None:
+            return float("inf")
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(
+                f"Task {self.id!r} did not end within {timeout:g} s; it was left alone "
+                "(call cancel() to stop it)."
+            )
+        return left
+
+
+def _deadline(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+        raise ValueError(f"timeout must be a number of seconds >= 0 or None, got {timeout!r}.")
+    return time.monotonic() + timeout
+
+
+def _next_pause(ends: _TaskEnds | None, pause: float) -> tuple[float, float]:
+    """How long to sleep now, and the pause after that."""
+    if ends is not None and ends.listening:
+        return NOTIFY_SAFETY_POLL, POLL_FIRST
+    return pause, min(pause * 2, POLL_MAX)
+
+
+def _value_of(info: TaskInfo) -> Any:
+    if info.status == TaskStatus.COMPLETED:
+        return info.result
+    failure = info.error or TaskFailure(_path(TaskCancelled), cancel_message(info.cancel_reason))
+    raise RemoteTaskError(failure.type, failure.message, failure.traceback)
+
+
+def _superseded(own: TaskInfo, newer: TaskInfo) -> TaskInfo:
+    """What a handle reports once a re-run replaced its run before it saw the end."""
+    message = cancel_message(CancelReason.SUPERSEDED)
+    return dataclasses.replace(
+        own,
+        status=TaskStatus.CANCELLED,
+        cancel_reason=CancelReason.SUPERSEDED,
+        result=None,
+        error=TaskFailure(_path(TaskCancelled), message),
+        # Unknown exactly; the run had certainly ended when the re-run was made.
+        finished_at=newer.created_at,
+    )
+
+
+def _path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+# -- waking waiters on PostgreSQL ---------------------------------------------------------
+
+
+class _TaskEnds:
+    """One LISTEN connection of this process to one database; wakes handles waiting on ends."""
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        self._lock = threading.Lock()
+        self._waiters: dict[str, list[Callable[[], None]]] = {}
+        self._listener = Listener(params, self._on_notify)
+        self._listener.start()
+
+    @property
+    def listening(self) -> bool:
+        return self._listener.ready.is_set()
+
+    def add(self, task_id: str, wake: Callable[[], None]) -> None:
+        with self._lock:
+            self._waiters.setdefault(task_id, []).append(wake)
+
+    def remove(self, task_id: str, wake: Callable[[], None]) -> None:
+        with self._lock:
+            wakes = self._waiters.get(task_id, [])
+            if wake in wakes:
+                wakes.remove(wake)
+            if not wakes:
+                self._waiters.pop(task_id, None)
+
+    def close(self) -> None:
+        self._listener.stop()
+        self._listener.join(5.0)
+
+    def _on_notify(self, payload: str) -> None:
+        kind, _, task_id = payload.partition(":")
+        with self._lock:
+            if kind == "d":
+                wakes = list(self._waiters.get(task_id, ()))
+            elif payload == "e:*":
+                # The listener (re)connected: an end sent while it was away was missed,
+                # so every waiter reads its row again, now that LISTEN is in place.
+                wakes = [wake for group in self._waiters.values() for wake in group]
+            else:
+                return
+        for wake in wakes:
+            wake()
+
+
+_ends_lock = threading.Lock()
+# (pid, database alias) -> its listener, or None where the database has no NOTIFY.
+_ends: dict[tuple[int, str], _TaskEnds | None] = {}
+
+
+def _task_ends(store: WorkerStore) -> _TaskEnds | None:
+    """This process's end listener for the store's database; None where there is none."""
+    alias = getattr(store, "using", None)
+    if not store.durable or not isinstance(alias, str):
+        return None
+    key = (os.getpid(), alias)  # a forked child does not inherit the listener thread
+    with _ends_lock:
+        if key not in _ends:
+            params = listen_params(alias)
+            _ends[key] = _TaskEnds(params) if params is not None else None
+        return _ends[key]
+
+
+@contextlib.contextmanager
+def _watching(ends: _TaskEnds | None, task_id: str, wake: Callable[[], None]) -> Iterator[None]:
+    if ends is None:
+        yield
+        return
+    ends.add(task_id, wake)
+    try:
+        yield
+    finally:
+        ends.remove(task_id, wake)
+
+
+def close_listeners() -> None:
+    """Close this process's LISTEN connections (tests do, before the test database is dropped)."""
+    with _ends_lock:
+        found = [ends for ends in _ends.values() if ends is not None]
+        _ends.clear()
+    for ends in found:
+        ends.close()
