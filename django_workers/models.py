@@ -80,9 +80,13 @@ class TaskRecord(models.Model):
         verbose_name = "task"
         ordering = ("-created_at", "-id")
         indexes = (
-            # The claim: pending tasks of a queue by priority then age.
+            # The claim, in its exact order: over all queues, and within given queues.
             models.Index(
-                fields=("status", "queue", "-priority", "created_at"), name="workers_task_claim"
+                fields=("status", "-priority", "created_at", "id"), name="workers_task_claim"
+            ),
+            models.Index(
+                fields=("status", "queue", "-priority", "created_at", "id"),
+                name="workers_task_claim_queue",
             ),
             # Listing an owner's tasks newest first.
             models.Index(fields=("owner", "-created_at"), name="workers_task_owner"),

@@ -89,7 +89,23 @@ def to_json(value: Any, what: str) -> Any:
             f"bool, None, lists, dicts with string keys, dates, UUIDs, Decimals): {e}. Pass ids "
             "or plain data instead of objects."
         ) from e
-    return json.loads(text)
+    loaded = json.loads(text)
+    if _has_nul(loaded):
+        raise ArgumentsNotSerializable(
+            f"{what} contains a NUL character (\\u0000), which PostgreSQL cannot store in "
+            "JSON; remove it or encode the data (e.g. base64) first."
+        )
+    return loaded
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    return False
 
 
 def json_size(value: Any) -> int:

@@ -1,8 +1,9 @@
 """PostgreSQL only: NOTIFY on the django_workers channel when tasks queue, cancel or end.
 
-Statement-level triggers with transition tables, so a bulk insert or a batch
-claim sends one notification per distinct queue, not one per row. Other
-databases get nothing here; their workers poll.
+Inserts notify once per distinct queue of the statement; updates notify per
+row, but only rows whose WHEN clause matches call the function, so claims
+and progress writes pay nothing. Other databases get nothing here; their
+workers poll.
 """
 
 from django.db import migrations
@@ -20,29 +21,37 @@ $$ LANGUAGE plpgsql;
 
 CREATE OR REPLACE FUNCTION django_workers_notify_update() RETURNS trigger AS $$
 BEGIN
-    PERFORM pg_notify('django_workers', 'e:' || q.queue)
-    FROM (
-        SELECT DISTINCT n.queue FROM new_rows n JOIN old_rows o ON o.id = n.id
-        WHERE n.status = 'PENDING' AND (o.status <> 'PENDING' OR o.run_id <> n.run_id)
-    ) AS q;
-    PERFORM pg_notify('django_workers', 'c:' || n.id)
-    FROM new_rows n JOIN old_rows o ON o.id = n.id
-    WHERE o.status = 'RUNNING' AND (n.status = 'CANCELLED' OR n.run_id <> o.run_id);
-    PERFORM pg_notify('django_workers', 'd:' || n.id)
-    FROM new_rows n JOIN old_rows o ON o.id = n.id
-    WHERE n.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
-      AND (o.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED') OR o.run_id <> n.run_id);
+    IF NEW.status = 'PENDING' THEN
+        PERFORM pg_notify('django_workers', 'e:' || NEW.queue);
+    ELSE
+        IF OLD.status = 'RUNNING' AND (NEW.status = 'CANCELLED' OR NEW.run_id <> OLD.run_id) THEN
+            PERFORM pg_notify('django_workers', 'c:' || NEW.id);
+        END IF;
+        IF NEW.status IN ('COMPLETED', 'FAILED', 'CANCELLED') THEN
+            PERFORM pg_notify('django_workers', 'd:' || NEW.id);
+        END IF;
+    END IF;
     RETURN NULL;
 END
 $$ LANGUAGE plpgsql;
 
+-- One notification per distinct queue of a bulk insert.
 CREATE TRIGGER django_workers_notify_insert AFTER INSERT ON {TABLE}
     REFERENCING NEW TABLE AS new_rows
     FOR EACH STATEMENT EXECUTE FUNCTION django_workers_notify_insert();
 
+-- Row-level, but the WHEN clause is evaluated without calling the function, so a
+-- claim (PENDING -> RUNNING) or a progress write costs nothing here.
 CREATE TRIGGER django_workers_notify_update AFTER UPDATE ON {TABLE}
-    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
-    FOR EACH STATEMENT EXECUTE FUNCTION django_workers_notify_update();
+    FOR EACH ROW
+    WHEN (
+        (NEW.status = 'PENDING' AND (OLD.status <> 'PENDING' OR OLD.run_id <> NEW.run_id))
+        OR (OLD.status = 'RUNNING' AND (NEW.status = 'CANCELLED' OR NEW.run_id <> OLD.run_id))
+        OR (NEW.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+            AND (OLD.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+                 OR OLD.run_id <> NEW.run_id))
+    )
+    EXECUTE FUNCTION django_workers_notify_update();
 """
 
 BACKWARD = f"""

@@ -192,9 +192,14 @@ def failure_of(error: BaseException) -> TaskFailure:
     """Record an exception as its type's dotted name, its message and its traceback."""
     return TaskFailure(
         _path(type(error)),
-        str(error),
-        "".join(traceback.format_exception(error)),
+        _storable(str(error)),
+        _storable("".join(traceback.format_exception(error))),
     )
+
+
+def _storable(text: str) -> str:
+    """Text every database can keep in JSON (PostgreSQL refuses NUL characters)."""
+    return text.replace("\x00", "\\x00")
 
 
 def _path(cls: type) -> str:

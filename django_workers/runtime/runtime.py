@@ -21,15 +21,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import timedelta
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 
 from django_workers import clock
 from django_workers.api import cancelled_fields
 from django_workers.cancellation import CancelReason
 from django_workers.conf import queue_limits, workers_settings
-from django_workers.info import TaskInfo, TaskStatus
+from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.runtime.registry import live_runs
 from django_workers.runtime.run import RunHandle, execute
 from django_workers.runtime.wakeup import Listener, listen_params
@@ -93,6 +94,8 @@ class WorkerRuntime:
         self.pid = os.getpid()
         self.worker_id = f"{self.host[:40]}:{self.pid}:{uuid.uuid4().hex[:8]}"
         self._active: dict[str, RunHandle] = {}
+        # Claimed runs whose end is not written yet: a slot frees only once the run's end
+        # is in the database, so RUNNING rows of this worker never exceed concurrency.
         self._busy = 0
         self._lock = threading.Condition()
         self._wake = threading.Event()
@@ -285,13 +288,29 @@ class WorkerRuntime:
         while True:
             try:
                 return self.store.finish_runs(ends)
-            except DatabaseError as e:
+            except (OperationalError, InterfaceError) as e:
                 # A terminal state is never dropped: keep trying until the database answers.
                 errors += 1
                 delay = min(0.1 * 2**errors, 10.0)
                 logger.warning("Could not record %d run ends (%s); retrying", len(ends), e)
                 _reset_connection(self.store)
                 time.sleep(delay)
+            except DatabaseError as e:
+                # The database refuses the data itself: retrying would block every other end.
+                return self._finish_one_by_one(ends, e)
+
+    def _finish_one_by_one(self, ends: list[RunEnd], error: DatabaseError) -> list[bool]:
+        if len(ends) > 1:
+            return [self._finish_with_retry([end])[0] for end in ends]
+        end = ends[0]
+        logger.error("The database refused the end of task %s: %s", end.task_id, error)
+        failure = TaskFailure(
+            f"{type(error).__module__}.{type(error).__qualname__}",
+            f"The task ended {end.status} but the database refused to store its outcome: "
+            + str(error).replace("\x00", "\\x00")[:2000],
+        )
+        fallback = replace(end, status=TaskStatus.FAILED, result=None, error=failure.to_json())
+        return self._finish_with_retry([fallback])
 
     def _log_end(self, handle: RunHandle, end: RunEnd, won: bool) -> None:
         took = time.monotonic() - handle.started
@@ -434,9 +453,9 @@ class WorkerRuntime:
             logger.info("Draining %d running tasks (up to %g s)", len(in_flight), drain_timeout)
         deadline = time.monotonic() + drain_timeout
         with self._lock:
-            while self._busy > 0 and (left := deadline - time.monotonic()) > 0:
+            while self._busy and (left := deadline - time.monotonic()) > 0:
                 self._lock.wait(left)
-            settled = self._busy == 0
+            settled = not self._busy
         if not settled:
             logger.warning(
                 "%d tasks still running after %g s; leaving them to the zombie sweep",

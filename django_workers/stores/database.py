@@ -8,6 +8,7 @@ when claiming). No transaction here ever spans user code.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -296,19 +297,14 @@ class DatabaseWorkerStore(WorkerStore):
         # One statement per group; a task id twice in a group (a timeout's end and the
         # run's own) goes to a later statement, so each row is written at most once each.
         won: dict[int, bool] = {}
-        pending = list(enumerate(ends))
-        with self._atomic():
-            while pending:
-                seen: set[str] = set()
-                group, later = [], []
-                for n, end in pending:
-                    (later if end.task_id in seen else group).append((n, end))
-                    seen.add(end.task_id)
+        groups = _distinct_task_groups(ends)
+        # One statement is atomic by itself; a transaction is opened only when it is not
+        # alone. Extension point: workflow promotion joins this transaction (always open it).
+        with self._atomic() if len(groups) > 1 else nullcontext():
+            for group in groups:
                 winners = sql.finish_postgres(connections[self.using], [e for _, e in group])
                 for n, end in group:
                     won[n] = (end.task_id, end.run_id) in winners
-                pending = later
-            # Extension point: workflow promotion goes here too, in this transaction.
         return [won[n] for n in range(len(ends))]
 
     def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
@@ -398,6 +394,19 @@ class DatabaseWorkerStore(WorkerStore):
 
 class _Collision(Exception):
     """A bulk submit met an existing id; fall back to one submit per task."""
+
+
+def _distinct_task_groups(ends: Sequence[RunEnd]) -> list[list[tuple[int, RunEnd]]]:
+    """Split ends so no group names a task twice (a timeout's end and the run's own)."""
+    groups: list[list[tuple[int, RunEnd]]] = []
+    for n, end in enumerate(ends):
+        for group in groups:
+            if all(other.task_id != end.task_id for _, other in group):
+                group.append((n, end))
+                break
+        else:
+            groups.append([(n, end)])
+    return groups
 
 
 def _within_limits(candidates: list[tuple[str, str]], free: dict[str, int]) -> list[str]:
