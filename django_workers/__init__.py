@@ -20,6 +20,7 @@ from django_workers.exceptions import (
     InvalidTaskOptions,
     InvalidWorkflow,
     RemoteTaskError,
+    ResultTooLarge,
     TaskAlreadyFinished,
     TaskCancelled,
     TaskNotFound,
@@ -30,7 +31,7 @@ from django_workers.exceptions import (
     WorkflowExists,
 )
 from django_workers.handles import TaskHandle, open_task, submit
-from django_workers.info import TaskFailure, TaskInfo, TaskStatus
+from django_workers.info import TaskFailure, TaskInfo, TaskStatus, cancel_reason, cancel_requested
 from django_workers.options import TaskOptions
 from django_workers.runtime.registry import current_run
 from django_workers.stores import default_store, set_queue_authorizer, set_watch_authorizer
@@ -44,6 +45,7 @@ __all__ = [
     "InvalidWorkflow",
     "Owner",
     "RemoteTaskError",
+    "ResultTooLarge",
     "System",
     "TaskAlreadyFinished",
     "TaskCancelled",
@@ -59,6 +61,8 @@ __all__ = [
     "WorkerLost",
     "WorkersError",
     "WorkflowExists",
+    "cancel_reason",
+    "cancel_requested",
     "cancel_task",
     "current_run",
     "default_store",

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 SEPARATOR = "::"
 KEY_MAX_LENGTH = 200
-OWNER_MAX_LENGTH = 64
+# Owner ids are short enough that every task id fits 255 characters, the longest
+# indexed CharField that Django accepts on every supported database (mysql.W003).
+OWNER_MAX_LENGTH = 53
 # Longest id: owner + separator + key; the primary key column is sized from it.
 TASK_ID_MAX_LENGTH = OWNER_MAX_LENGTH + len(SEPARATOR) + KEY_MAX_LENGTH
 

@@ -44,6 +44,10 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
+#: Dict settings whose keys are merged over the defaults rather than replacing them.
+MERGED = frozenset({"RETENTION"})
+
+
 class WorkersSettings:
     """Attribute access to DJANGO_WORKERS with defaults."""
 
@@ -55,7 +59,11 @@ class WorkersSettings:
             raise AttributeError(f"Unknown DJANGO_WORKERS setting {name!r}")
         if name not in self._cache:
             user = getattr(settings, "DJANGO_WORKERS", {}) or {}
-            self._cache[name] = user.get(name, DEFAULTS[name])
+            value = user.get(name, DEFAULTS[name])
+            if name in MERGED and isinstance(value, dict):
+                # Naming one status keeps the defaults of the others.
+                value = {**DEFAULTS[name], **value}
+            self._cache[name] = value
         return self._cache[name]
 
     def reload(self) -> None:

@@ -104,3 +104,15 @@ class TaskInfo:
             return
         if reason is not CancelReason.NONE:
             raise TaskCancelled(cancel_message(reason, self.options.timeout), reason=reason)
+
+
+def cancel_requested(info: TaskInfo) -> bool:
+    """Whether the run ``info`` describes was asked to stop (poll it inside a task)."""
+    return info.cancel_requested
+
+
+def cancel_reason(info: TaskInfo) -> CancelReason:
+    """Why the run was asked to stop: user, timeout, superseded, shutdown; or none."""
+    if info._token is not None:
+        return info._token.reason
+    return info.cancel_reason

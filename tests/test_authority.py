@@ -24,6 +24,7 @@ from django_workers import (
     submit_task,
     submit_tasks,
 )
+from django_workers.authority import OWNER_MAX_LENGTH
 from django_workers.stores import WorkerStore
 from tests.tasks import add
 
@@ -38,7 +39,7 @@ from tests.tasks import add
         pytest.param("a::b", id="separator-inside"),
         pytest.param("alice:", id="trailing-colon"),
         pytest.param(":", id="single-colon"),
-        pytest.param("x" * 65, id="too-long"),
+        pytest.param("x" * (OWNER_MAX_LENGTH + 1), id="too-long"),
         pytest.param("a\nb", id="newline"),
         pytest.param("a\x00b", id="nul"),
         pytest.param("a\tb", id="tab"),
@@ -56,7 +57,9 @@ def test_owner_refuses_a_non_string_id(user_id: Any) -> None:
         Owner(user_id)
 
 
-@pytest.mark.parametrize("user_id", ["a", "42", "a:b", ":lead", "x" * 64, "zoë", "a b"])
+@pytest.mark.parametrize(
+    "user_id", ["a", "42", "a:b", ":lead", "x" * OWNER_MAX_LENGTH, "zoë", "a b"]
+)
 def test_owner_accepts_a_valid_id(user_id: str) -> None:
     assert Owner(user_id).user_id == user_id
 

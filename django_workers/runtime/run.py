@@ -51,7 +51,11 @@ class RunHandle:
     def snapshot(self) -> TaskInfo:
         """The run as its task sees it now, carrying its token."""
         return replace(
-            self.info, progress=self._progress, attempts=self._attempts, _token=self.token
+            self.info,
+            progress=self._progress,
+            attempts=self._attempts,
+            cancel_reason=self.token.reason,
+            _token=self.token,
         )
 
     def report_progress(self, pct: float) -> None:

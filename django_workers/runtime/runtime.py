@@ -87,9 +87,9 @@ class WorkerRuntime:
         self.concurrency = concurrency
         self.recover_zombies = recover_zombies
         self.burst = burst
-        self.poll_interval = poll_interval or workers_settings.POLL_INTERVAL
-        self.heartbeat_interval = heartbeat_interval or workers_settings.HEARTBEAT_INTERVAL
-        self.lease_timeout = lease_timeout or workers_settings.LEASE_TIMEOUT
+        self.poll_interval = _or_setting(poll_interval, "POLL_INTERVAL")
+        self.heartbeat_interval = _or_setting(heartbeat_interval, "HEARTBEAT_INTERVAL")
+        self.lease_timeout = _or_setting(lease_timeout, "LEASE_TIMEOUT")
         self.host = socket.gethostname()[:200]
         self.pid = os.getpid()
         self.worker_id = f"{self.host[:40]}:{self.pid}:{uuid.uuid4().hex[:8]}"
@@ -495,6 +495,10 @@ class WorkerRuntime:
         if settled:
             for thread in self._threads:
                 thread.join(timeout=5.0)
+
+
+def _or_setting(value: float | None, name: str) -> float:
+    return float(getattr(workers_settings, name) if value is None else value)
 
 
 def _pid_alive(pid: int) -> bool:

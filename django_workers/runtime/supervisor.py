@@ -82,7 +82,8 @@ class Supervisor:
             if all(not c.is_alive() for c in self._children):
                 break
             time.sleep(0.2)
-        codes = [c.exitcode or 0 for c in self._children]
+        # A child killed by a signal has a negative exit code: that is a failure too.
+        codes = [1 if (c.exitcode or 0) < 0 else (c.exitcode or 0) for c in self._children]
         return max(codes, default=0)
 
     def _start_child(self) -> multiprocessing.process.BaseProcess:

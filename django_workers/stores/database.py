@@ -13,8 +13,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, connections, transaction
-from django.db.models import F, Q
+from django.db.models import DateTimeField, F, Q, Value
+from django.db.models.functions import Greatest
 
+from django_workers import clock
 from django_workers.cancellation import CancelReason
 from django_workers.conf import workers_settings
 from django_workers.info import LIVE_STATUSES, TaskInfo, TaskStatus
@@ -229,6 +231,9 @@ class DatabaseWorkerStore(WorkerStore):
             return [rows.info_of(r, r.pop("grants")) for r in found]
         with self._atomic():
             free = self._lock_limited_queues(queues, queue_limits or {})
+            # Stamped after the queue locks: a sequential queue's next run starts after
+            # the previous one's end was written.
+            now = max(now, clock.now())
             ready = self._records().ready(list(queues) if queues else None, now)
             full = [name for name, slots in free.items() if slots <= 0]
             if full:
@@ -241,11 +246,14 @@ class DatabaseWorkerStore(WorkerStore):
             self._records().filter(pk__in=ids, status=TaskStatus.PENDING).update(
                 status=TaskStatus.RUNNING,
                 worker_id=worker_id,
-                started_at=now,
+                # Never before the record's creation (submitted after our clock read).
+                started_at=Greatest(Value(now, DateTimeField()), F("created_at")),
                 attempts=F("attempts") + 1,
             )
+            # The ids were PENDING under this transaction's locks, so RUNNING for us now
+            # means claimed by this statement.
             found = self._records().filter(
-                pk__in=ids, status=TaskStatus.RUNNING, worker_id=worker_id, started_at=now
+                pk__in=ids, status=TaskStatus.RUNNING, worker_id=worker_id
             )
             claimed = list(found.values(*COLUMNS))
         claimed.sort(key=lambda r: (-r["priority"], r["created_at"], r["id"]))

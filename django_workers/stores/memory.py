@@ -185,7 +185,7 @@ class InMemoryWorkerStore(WorkerStore):
                 row.update(
                     status=TaskStatus.RUNNING,
                     worker_id=worker_id,
-                    started_at=now,
+                    started_at=max(now, row["created_at"]),
                     attempts=row["attempts"] + 1,
                 )
                 claimed.append(self._info(row))

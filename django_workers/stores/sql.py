@@ -85,7 +85,8 @@ def claim_postgres(
     returning = ", ".join(f"t.{c}" for c in _COLUMNS)
     sql = f"""
         UPDATE {table} AS t
-        SET status = %s, worker_id = %s, started_at = %s, attempts = t.attempts + 1
+        SET status = %s, worker_id = %s, started_at = GREATEST(%s, t.created_at),
+            attempts = t.attempts + 1
         FROM (
             SELECT id FROM {table}
             WHERE status = %s AND (run_after IS NULL OR run_after <= %s) {queue_filter}
