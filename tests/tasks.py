@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+from collections import Counter, defaultdict
+from typing import Any
+
 from django.tasks import task
 
 
@@ -78,3 +82,157 @@ def big_result(size: int) -> str:
 
 async def async_add(a: int, b: int) -> int:
     return a + b
+
+
+# -- coordination with a runtime in the test process (module state is per process) --
+
+_lock = threading.Lock()
+_gates: dict[str, threading.Event] = {}
+#: Calls of a named fixture task so far.
+calls: Counter[str] = Counter()
+#: What a named task saw or did, in order (labels, cancel reasons, ...).
+seen: defaultdict[str, list[Any]] = defaultdict(list)
+_in_flight: Counter[str] = Counter()
+#: The most runs of one name that were executing at once.
+peak: Counter[str] = Counter()
+
+
+def gate(name: str) -> threading.Event:
+    """The event that releases the ``held`` runs of ``name``."""
+    with _lock:
+        return _gates.setdefault(name, threading.Event())
+
+
+def reset_coordination() -> None:
+    with _lock:
+        for event in _gates.values():
+            event.set()  # never leave a run thread parked on a gate
+        _gates.clear()
+        calls.clear()
+        seen.clear()
+        _in_flight.clear()
+        peak.clear()
+
+
+def held(name: str, outcome: str = "return", limit: float = 30.0) -> str:
+    """Wait, ignoring the token, until the test opens ``gate(name)``; then end as ``outcome``.
+
+    ``outcome``: "return" returns normally, "raise" raises, "check" calls
+    ``raise_if_cancelled()`` (recording the reason it finds) and then returns.
+    """
+    from django_workers import TaskCancelled, current_run
+
+    with _lock:
+        calls[name] += 1
+    gate(name).wait(limit)
+    if outcome == "raise":
+        raise RuntimeError(f"{name} gave up")
+    if outcome == "check":
+        try:
+            current_run().raise_if_cancelled()
+        except TaskCancelled as e:
+            seen[name].append(e.reason)
+            raise
+    return "released"
+
+
+def fail_counting(name: str) -> None:
+    with _lock:
+        calls[name] += 1
+    raise ValueError(f"{name} failed")
+
+
+def record(name: str, label: str, hold: float = 0.0) -> str:
+    """Log ``label`` under ``name`` and track how many runs of ``name`` overlap."""
+    import time
+
+    with _lock:
+        seen[name].append(label)
+        _in_flight[name] += 1
+        peak[name] = max(peak[name], _in_flight[name])
+    try:
+        time.sleep(hold)  # work, so that overlapping runs would show
+    finally:
+        with _lock:
+            _in_flight[name] -= 1
+    return label
+
+
+def progress_then_hold(name: str, first: float, late: float) -> str:
+    """Report ``first``, wait for the gate, then report ``late`` (maybe after losing the run)."""
+    from django_workers import current_run, update_progress
+
+    update_progress(current_run(), first)
+    with _lock:
+        calls[name] += 1
+    gate(name).wait(30.0)
+    update_progress(current_run(), late)
+    return "reported"
+
+
+def fails_with_nul() -> None:
+    raise ValueError("bad byte \x00 in a message")
+
+
+def returns_nul() -> str:
+    return "nul \x00 inside"
+
+
+# -- tasks for worker subprocesses: state lives in files and tables, not in memory --
+
+
+def wait_for_cancel_marked(path: str, limit: float = 30.0) -> str:
+    """Like ``wait_for_cancel``, but first write the reason it was stopped for to ``path``."""
+    import time
+    from pathlib import Path
+
+    from django_workers import TaskCancelled, current_run
+
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            current_run().raise_if_cancelled()
+        except TaskCancelled as e:
+            Path(path).write_text(e.reason)
+            raise
+        time.sleep(0.01)
+    return "not cancelled"
+
+
+def hang_on_first_attempt(limit: float = 30.0) -> str:
+    """Hang (ignoring the token) on attempt 1; succeed on any later attempt."""
+    import time
+
+    from django_workers import current_run
+
+    attempt = current_run().attempts
+    if attempt == 1:
+        time.sleep(limit)
+    return f"done on attempt {attempt}"
+
+
+def fail_until_attempt(n: int) -> int:
+    from django_workers import current_run
+
+    attempt = current_run().attempts
+    if attempt < n:
+        raise RuntimeError(f"attempt {attempt} fails")
+    return attempt
+
+
+def record_execution(hold: float = 0.0) -> int:
+    """Insert one ``Execution`` row for this run (when it started and ended) and return the pid."""
+    import os
+    import time
+
+    from django.utils import timezone
+
+    from django_workers import current_run
+    from tests.models import Execution
+
+    row = Execution.objects.create(
+        task_id=current_run().id, pid=os.getpid(), started_at=timezone.now()
+    )
+    time.sleep(hold)
+    Execution.objects.filter(pk=row.pk).update(finished_at=timezone.now())
+    return os.getpid()

@@ -1,0 +1,725 @@
+"""``WorkerRuntime`` in this process (SPEC §4.3-4.5), over each store where it makes sense.
+
+Runtimes serve on background threads, exactly as ``runworkers`` serves; tasks
+coordinate with the test through events in ``tests.tasks`` (``gate``,
+``calls``, ``seen``), and the test waits on them or polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connections
+from django.test import override_settings
+
+from django_workers import (
+    CancelReason,
+    System,
+    TaskOptions,
+    TaskStatus,
+    cancel_task,
+    clock,
+    current_run,
+    submit_task,
+)
+from django_workers.api import cancelled_fields
+from django_workers.info import LIVE_STATUSES, TaskInfo
+from django_workers.runtime.run import RunHandle, backoff
+from django_workers.runtime.runtime import EXIT_DRAIN_TIMEOUT, EXIT_OK, WorkerRuntime
+from django_workers.stores import WorkerStore
+from django_workers.stores.base import WorkerRegistration
+from django_workers.stores.memory import InMemoryWorkerStore
+from tests import tasks
+from tests.helpers import RuntimeThread, runtime_threads, start_runtime, wait_for_status, wait_until
+
+COMPLETED, FAILED, CANCELLED = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED
+RUNNING, PENDING = TaskStatus.RUNNING, TaskStatus.PENDING
+HOST = socket.gethostname()[:200]
+
+Start = Callable[..., RuntimeThread]
+
+
+@pytest.fixture(autouse=True)
+def _coordination() -> Iterator[None]:
+    tasks.reset_coordination()
+    yield
+    tasks.reset_coordination()
+
+
+@pytest.fixture
+def runtimes() -> Iterator[Start]:
+    """``start(store, **options)`` serves a runtime on a thread; all are stopped afterwards."""
+    started: list[RuntimeThread] = []
+
+    def start(store: WorkerStore, **options: Any) -> RuntimeThread:
+        served = start_runtime(store, **options)
+        started.append(served)
+        return served
+
+    yield start
+    tasks.reset_coordination()  # release held runs so that their threads can end
+    for served in started:
+        if served.alive:
+            served.stop()
+    wait_until(lambda: not runtime_threads(), timeout=10.0)
+
+
+@pytest.fixture
+def name(request: pytest.FixtureRequest) -> str:
+    """A name unique to this test, for the coordination state of ``tests.tasks``."""
+    return request.node.nodeid
+
+
+def submit(store: WorkerStore, key: str, task: Any, **kwargs: Any) -> str:
+    return submit_task(key, task, System(), scope="global", store=store, **kwargs)
+
+
+def idle(served: RuntimeThread) -> Callable[[], bool]:
+    return lambda: not served.runtime.active_runs()
+
+
+def info_of(store: WorkerStore, task_id: str) -> TaskInfo:
+    info = store.get_task_info(task_id)
+    assert info is not None
+    return info
+
+
+def error_of(info: TaskInfo) -> tuple[str, str]:
+    assert info.error is not None
+    return info.error.type, info.error.message
+
+
+# -- a run's end ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("task", [tasks.add, tasks.django_add, tasks.async_add])
+def test_a_task_completes_and_its_result_is_stored(
+    tx_store: WorkerStore, runtimes: Start, task: Any
+) -> None:
+    served = runtimes(tx_store)
+    task_id = submit(tx_store, "add", task, args=[2, 3])
+    info = wait_for_status(tx_store, task_id, COMPLETED)
+    assert (info.result, info.progress, info.attempts, info.error) == (5, 100.0, 1, None)
+    assert info.worker_id == served.runtime.worker_id
+    assert info.started_at is not None
+    assert info.finished_at is not None
+    assert info.started_at <= info.finished_at
+
+
+def test_progress_reported_by_a_task_is_stored(tx_store: WorkerStore, runtimes: Start) -> None:
+    runtimes(tx_store)
+    task_id = submit(tx_store, "progress", tasks.with_progress, args=[4])
+    info = wait_for_status(tx_store, task_id, COMPLETED)
+    assert (info.result, info.progress) == (4, 100.0)
+
+
+def test_a_failure_records_type_message_and_traceback(
+    tx_store: WorkerStore, runtimes: Start
+) -> None:
+    runtimes(tx_store)
+    task_id = submit(tx_store, "fail", tasks.fail)
+    info = wait_for_status(tx_store, task_id, FAILED)
+    assert error_of(info) == ("builtins.ValueError", "boom")
+    assert info.error is not None
+    assert 'raise ValueError("boom")' in info.error.traceback
+    assert (info.attempts, info.result, info.cancel_reason) == (1, None, CancelReason.NONE)
+
+
+def test_a_result_over_the_size_cap_fails_the_run(tx_store: WorkerStore, runtimes: Start) -> None:
+    with override_settings(DJANGO_WORKERS={"RESULT_MAX_BYTES": 100}):
+        runtimes(tx_store)
+        too_big = submit(tx_store, "big", tasks.big_result, args=[200])
+        fits = submit(tx_store, "small", tasks.big_result, args=[50])
+        info = wait_for_status(tx_store, too_big, FAILED)
+        assert wait_for_status(tx_store, fits, COMPLETED).result == "x" * 50
+    kind, message = error_of(info)
+    assert kind == "django_workers.exceptions.ResultTooLarge"
+    assert "202 bytes" in message
+    assert "RESULT_MAX_BYTES" in message
+    assert info.result is None
+
+
+def test_an_unserializable_result_fails_the_run(tx_store: WorkerStore, runtimes: Start) -> None:
+    runtimes(tx_store)
+    task_id = submit(tx_store, "object", tasks.returns_unserializable)
+    kind, message = error_of(wait_for_status(tx_store, task_id, FAILED))
+    assert kind == "django_workers.exceptions.ArgumentsNotSerializable"
+    assert "return value" in message
+
+
+def test_sys_exit_in_a_task_does_not_stop_the_worker(
+    tx_store: WorkerStore, runtimes: Start
+) -> None:
+    served = runtimes(tx_store, concurrency=1)
+    exiting = submit(tx_store, "exit", tasks.exits)
+    assert error_of(wait_for_status(tx_store, exiting, FAILED)) == ("builtins.SystemExit", "3")
+    after = submit(tx_store, "after", tasks.add, args=[1, 1])
+    assert wait_for_status(tx_store, after, COMPLETED).result == 2
+    assert served.alive
+
+
+def test_a_message_no_database_can_store_still_ends_the_run(
+    tx_store: WorkerStore, runtimes: Start
+) -> None:
+    runtimes(tx_store, concurrency=1)
+    broken = submit(tx_store, "nul-error", tasks.fails_with_nul)
+    nul_result = submit(tx_store, "nul-result", tasks.returns_nul)
+    after = submit(tx_store, "after", tasks.add, args=[1, 1])
+    wait_for_status(tx_store, broken, FAILED)
+    wait_for_status(tx_store, nul_result, COMPLETED, FAILED)
+    assert wait_for_status(tx_store, after, COMPLETED).result == 2
+
+
+def test_current_run_outside_a_task_is_an_error() -> None:
+    with pytest.raises(RuntimeError, match="only available inside a task"):
+        current_run()
+
+
+# -- retries ----------------------------------------------------------------------------------
+
+
+def test_retries_back_off_then_succeed(tx_store: WorkerStore, runtimes: Start, name: str) -> None:
+    runtimes(tx_store)
+    options = TaskOptions(retries=3, retry_backoff=0.05, retry_jitter=False)
+    task_id = submit(tx_store, "flaky", tasks.flaky, args=[name, 2], options=options)
+    info = wait_for_status(tx_store, task_id, COMPLETED)
+    assert (info.result, info.attempts) == ("ok after 3", 3)
+    assert info.started_at is not None
+    assert info.finished_at is not None
+    # Two waits, 0.05 s then 0.1 s, passed between the first attempt and the end.
+    assert info.finished_at - info.started_at >= timedelta(seconds=0.15)
+
+
+def test_a_task_that_keeps_failing_ends_failed_after_its_retries(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    runtimes(tx_store)
+    options = TaskOptions(retries=2, retry_backoff=0.01)
+    task_id = submit(tx_store, "failing", tasks.fail_counting, args=[name], options=options)
+    info = wait_for_status(tx_store, task_id, FAILED)
+    assert error_of(info) == ("builtins.ValueError", f"{name} failed")
+    assert (info.attempts, tasks.calls[name]) == (3, 3)
+
+
+def test_backoff_is_exponential_and_capped_with_jitter_below_it() -> None:
+    options = TaskOptions(retry_backoff=1.0, retry_backoff_max=5.0, retry_jitter=False)
+    assert [backoff(options, n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
+    jittered = TaskOptions(retry_backoff=1.0, retry_backoff_max=5.0)
+    for n, full in zip(range(1, 6), [1.0, 2.0, 4.0, 5.0, 5.0], strict=True):
+        assert full / 2 <= backoff(jittered, n) <= full
+
+
+def test_a_cancel_during_the_retry_backoff_ends_cancelled(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    served = runtimes(tx_store)
+    options = TaskOptions(retries=3, retry_backoff=60.0, retry_jitter=False)
+    task_id = submit(tx_store, "backoff", tasks.fail_counting, args=[name], options=options)
+    wait_until(lambda: tasks.calls[name] == 1)
+    assert cancel_task(task_id, System(), store=tx_store).status == CANCELLED
+    wait_until(idle(served), timeout=5.0)  # the 60 s wait was cut short
+    info = info_of(tx_store, task_id)
+    assert (info.status, info.cancel_reason, info.attempts) == (CANCELLED, CancelReason.USER, 1)
+    assert error_of(info)[1] == "Cancelled by user"
+    assert tasks.calls[name] == 1
+
+
+# -- timeouts ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("outcome", ["return", "raise"])
+def test_a_timeout_fails_the_task_and_is_never_retried(
+    tx_store: WorkerStore, runtimes: Start, name: str, outcome: str
+) -> None:
+    served = runtimes(tx_store)
+    options = TaskOptions(timeout=0.2, retries=3, retry_backoff=0.01)
+    task_id = submit(tx_store, "slow", tasks.held, args=[name, outcome], options=options)
+    info = wait_for_status(tx_store, task_id, FAILED)
+    timed_out = ("django_workers.exceptions.TaskTimeoutError", "Timed out after 0.2 s")
+    assert error_of(info) == timed_out
+    assert (info.cancel_reason, info.attempts) == (CancelReason.TIMEOUT, 1)
+    # The run ignored its token and is still going; when it ends, its write loses.
+    assert [run.id for run in served.runtime.active_runs()] == [task_id]
+    tasks.gate(name).set()
+    wait_until(idle(served))
+    after = info_of(tx_store, task_id)
+    assert (after.status, error_of(after), after.result) == (FAILED, timed_out, None)
+    assert tasks.calls[name] == 1
+
+
+def test_a_run_that_stops_on_its_timeout_token_ends_failed(
+    tx_store: WorkerStore, runtimes: Start
+) -> None:
+    served = runtimes(tx_store)
+    options = TaskOptions(timeout=0.2, retries=2)
+    task_id = submit(tx_store, "slow", tasks.wait_for_cancel, options=options)
+    info = wait_for_status(tx_store, task_id, FAILED)
+    assert error_of(info) == ("django_workers.exceptions.TaskTimeoutError", "Timed out after 0.2 s")
+    wait_until(idle(served))
+    assert info_of(tx_store, task_id).attempts == 1
+
+
+# -- cancelling a running task ----------------------------------------------------------------
+
+
+def test_cancel_of_a_running_task_sets_its_token(tx_store: WorkerStore, runtimes: Start) -> None:
+    served = runtimes(tx_store)
+    task_id = submit(tx_store, "wait", tasks.wait_for_cancel)
+    wait_for_status(tx_store, task_id, RUNNING)
+    assert cancel_task(task_id, System(), store=tx_store).status == CANCELLED
+    wait_until(idle(served), timeout=2.0)
+    info = info_of(tx_store, task_id)
+    assert (info.status, info.cancel_reason, info.result) == (CANCELLED, CancelReason.USER, None)
+    assert error_of(info) == ("django_workers.exceptions.TaskCancelled", "Cancelled by user")
+
+
+def test_a_cancel_written_by_another_process_reaches_the_run(
+    tx_store: WorkerStore, runtimes: Start, tmp_path: Any
+) -> None:
+    served = runtimes(tx_store)
+    marker = tmp_path / "reason"
+    task_id = submit(tx_store, "wait", tasks.wait_for_cancel_marked, args=[str(marker)])
+    running = wait_for_status(tx_store, task_id, RUNNING)
+    # What cancel_task does in another process: claim the record, with no live run to poke.
+    assert tx_store.try_transition(
+        task_id, running.run_id, [RUNNING], CANCELLED, **cancelled_fields()
+    )
+    wait_until(marker.exists, timeout=2.0)  # the heartbeat poll delivered it
+    assert marker.read_text() == "user"
+    wait_until(idle(served))
+
+
+def test_a_run_that_ignores_the_cancel_runs_on_but_its_late_write_loses(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    served = runtimes(tx_store)
+    task_id = submit(tx_store, "ignores", tasks.held, args=[name])
+    wait_until(lambda: tasks.calls[name] == 1)
+    cancel_task(task_id, System(), store=tx_store)
+    [live] = served.runtime.active_runs()
+    assert live.id == task_id
+    assert live.cancel_requested
+    tasks.gate(name).set()
+    wait_until(idle(served))
+    info = info_of(tx_store, task_id)
+    assert (info.status, info.result, error_of(info)[1]) == (CANCELLED, None, "Cancelled by user")
+
+
+def test_the_first_cancel_reason_wins_over_a_later_shutdown(
+    tx_store: WorkerStore, runtimes: Start, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="django_workers")
+    served = runtimes(tx_store, drain_timeout=10.0)
+    task_id = submit(tx_store, "held", tasks.held, args=[name, "check"])
+    wait_until(lambda: tasks.calls[name] == 1)
+    cancel_task(task_id, System(), store=tx_store)
+    served.runtime.request_stop()
+    wait_until(lambda: "Draining 1 running tasks" in caplog.text)  # shutdown asked it too
+    tasks.gate(name).set()
+    assert served.join() == EXIT_OK
+    assert tasks.seen[name] == [CancelReason.USER]
+    info = info_of(tx_store, task_id)
+    assert (info.cancel_reason, error_of(info)[1]) == (CancelReason.USER, "Cancelled by user")
+
+
+def test_a_token_keeps_its_first_reason() -> None:
+    store = InMemoryWorkerStore()
+    submit(store, "t", tasks.add, args=[1, 2])
+    [info] = store.claim("w", None, 1, clock.now())
+    handle = RunHandle(info, store, "w")
+    assert handle.request_cancel(CancelReason.USER)
+    assert not handle.request_cancel(CancelReason.SHUTDOWN)
+    assert not handle.request_cancel(CancelReason.TIMEOUT)
+    assert handle.token.reason is CancelReason.USER
+    assert handle.snapshot().cancel_requested
+
+
+# -- shutdown -------------------------------------------------------------------------------
+
+
+def test_shutdown_cancels_a_cooperating_run(tx_store: WorkerStore, runtimes: Start) -> None:
+    served = runtimes(tx_store, drain_timeout=10.0)
+    task_id = submit(tx_store, "wait", tasks.wait_for_cancel)
+    wait_for_status(tx_store, task_id, RUNNING)
+    assert served.stop() == EXIT_OK
+    info = info_of(tx_store, task_id)
+    assert (info.status, info.cancel_reason) == (CANCELLED, CancelReason.SHUTDOWN)
+    assert error_of(info)[1] == "Cancelled by worker shutdown"
+    assert served.runtime.worker_id not in {w.id for w in tx_store.list_workers()}
+
+
+def test_a_run_that_outlives_the_drain_is_left_running_for_the_sweep(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    served = runtimes(tx_store, drain_timeout=0.2)
+    task_id = submit(tx_store, "ignores", tasks.held, args=[name])
+    wait_until(lambda: tasks.calls[name] == 1)
+    assert served.stop() == EXIT_DRAIN_TIMEOUT
+    left = info_of(tx_store, task_id)
+    assert (left.status, left.finished_at, left.error) == (RUNNING, None, None)
+    # The run ends after the drain gave up on it: nothing records its end.
+    tasks.gate(name).set()
+    wait_until(lambda: not runtime_threads())
+    assert info_of(tx_store, task_id).status == RUNNING
+    # The next worker's sweep recovers it.
+    runtimes(tx_store)
+    info = wait_for_status(tx_store, task_id, FAILED)
+    assert error_of(info)[0] == "django_workers.exceptions.WorkerLost"
+    assert error_of(info)[1].startswith("Worker lost")
+
+
+def test_shutdown_leaves_what_never_started_to_the_store(
+    tx_store: WorkerStore, runtimes: Start
+) -> None:
+    served = runtimes(tx_store, concurrency=1)
+    running = submit(tx_store, "wait", tasks.wait_for_cancel)
+    wait_for_status(tx_store, running, RUNNING)
+    queued = submit(tx_store, "queued", tasks.add, args=[1, 2])
+    deferred = submit(tx_store, "later", tasks.add, args=[1, 2], run_after=timedelta(hours=1))
+    assert served.stop() == EXIT_OK
+    for task_id in (queued, deferred):
+        info = info_of(tx_store, task_id)
+        if tx_store.durable:  # another worker will run it
+            assert (info.status, info.error) == (PENDING, None)
+        else:  # nothing ever will: say so
+            assert (info.status, info.cancel_reason) == (CANCELLED, CancelReason.SHUTDOWN)
+            assert error_of(info)[1] == "Cancelled by worker shutdown"
+
+
+def test_burst_mode_returns_once_nothing_is_left(tx_store: WorkerStore) -> None:
+    ids = [submit(tx_store, f"t{i}", tasks.add, args=[i, i]) for i in range(5)]
+    runtime = WorkerRuntime(tx_store, burst=True, poll_interval=0.02, concurrency=2)
+    assert runtime.run(drain_timeout=5.0) == EXIT_OK
+    assert [info_of(tx_store, i).result for i in ids] == [0, 2, 4, 6, 8]
+    wait_until(lambda: not runtime_threads())
+    connections.close_all()
+
+
+# -- claiming ---------------------------------------------------------------------------------
+
+
+def test_claims_take_the_highest_priority_first_then_the_oldest(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    order = [("low-old", 0), ("high-old", 5), ("low-new", 0), ("high-new", 5), ("top", 9)]
+    ids = [
+        submit(tx_store, label, tasks.record, args=[name, label], priority=priority)
+        for label, priority in order
+    ]
+    runtimes(tx_store, concurrency=1)
+    for task_id in ids:
+        wait_for_status(tx_store, task_id, COMPLETED)
+    assert tasks.seen[name] == ["top", "high-old", "high-new", "low-old", "low-new"]
+
+
+def test_run_after_holds_a_task_until_its_time(tx_store: WorkerStore, runtimes: Start) -> None:
+    runtimes(tx_store)
+    far = submit(tx_store, "far", tasks.add, args=[1, 1], run_after=timedelta(hours=1))
+    soon = submit(tx_store, "soon", tasks.add, args=[1, 1], run_after=timedelta(seconds=0.3))
+    now = submit(tx_store, "now", tasks.add, args=[1, 1])
+    wait_for_status(tx_store, now, COMPLETED)
+    info = wait_for_status(tx_store, soon, COMPLETED)
+    assert info.started_at is not None
+    assert info.run_after is not None
+    assert info.started_at >= info.run_after
+    assert info_of(tx_store, far).status == PENDING
+
+
+def test_a_claim_never_takes_more_than_the_free_slots(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    claims: list[tuple[int, int, int]] = []
+    original = tx_store.claim
+
+    def spy(worker_id: str, *args: Any, **kwargs: Any) -> list[TaskInfo]:
+        found = original(worker_id, *args, **kwargs)
+        mine = [t for t in running_tasks() if t.worker_id == worker_id]
+        claims.append((args[1], len(found), len(mine)))
+        return found
+
+    def running_tasks() -> list[TaskInfo]:
+        return tx_store.list_tasks(user_id=None, status=RUNNING, limit=1000)
+
+    tx_store.claim = spy  # type: ignore[method-assign]
+    names = [f"{name}-{i}" for i in range(5)]
+    for i, n in enumerate(names):
+        submit(tx_store, f"held-{i}", tasks.held, args=[n])
+    served = runtimes(tx_store, concurrency=2)
+    for done, n in enumerate(names, start=1):
+        wait_until(lambda n=n: tasks.calls[n] == 1)
+        if done < 2:
+            continue
+        assert len(running_tasks()) == 2
+        assert len(served.runtime.active_runs()) == 2
+        tasks.gate(names[done - 2]).set()
+    for n in names[-2:]:
+        tasks.gate(n).set()
+    wait_until(lambda: len(tx_store.list_tasks(user_id=None, status=COMPLETED)) == 5)
+    assert claims
+    assert all(found <= limit <= 2 and mine <= 2 for limit, found, mine in claims)
+
+
+@override_settings(DJANGO_WORKERS={"QUEUES": {"seq": {"concurrency": 1}}})
+def test_a_sequential_queue_runs_one_at_a_time_in_submission_order(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    labels = [f"t{i}" for i in range(8)]
+    ids = [
+        submit(tx_store, f"seq-{label}", tasks.record, args=[name, label, 0.02], queue="seq")
+        for label in labels
+    ]
+    others = [
+        submit(tx_store, f"other-{i}", tasks.record, args=[f"{name}-other", str(i), 0.05])
+        for i in range(4)
+    ]
+    runtimes(tx_store, concurrency=3)
+    runtimes(tx_store, concurrency=3)
+    for task_id in ids + others:
+        wait_for_status(tx_store, task_id, COMPLETED)
+    assert tasks.seen[name] == labels
+    assert tasks.peak[name] == 1
+    assert tasks.peak[f"{name}-other"] > 1  # the other queue was not held back
+
+
+@override_settings(DJANGO_WORKERS={"QUEUES": {"pair": {"concurrency": 2}}})
+def test_a_queue_limit_holds_across_runtimes(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    limited = [
+        submit(tx_store, f"pair-{i}", tasks.held, args=[name], queue="pair") for i in range(5)
+    ]
+    runtimes(tx_store, concurrency=3)
+    runtimes(tx_store, concurrency=3)
+    wait_until(lambda: tasks.calls[name] == 2)
+    # Free slots are left, and taken by other queues, but never by "pair".
+    other = submit(tx_store, "other", tasks.add, args=[1, 1])
+    wait_for_status(tx_store, other, COMPLETED)
+    statuses = sorted(info_of(tx_store, task_id).status for task_id in limited)
+    assert statuses == [PENDING, PENDING, PENDING, RUNNING, RUNNING]
+    tasks.gate(name).set()
+    for task_id in limited:
+        wait_for_status(tx_store, task_id, COMPLETED)
+
+
+def test_an_idle_runtime_wakes_on_enqueue_without_polling(runtimes: Start) -> None:
+    store = InMemoryWorkerStore()
+    runtimes(store, poll_interval=60.0)
+    task_id = submit(store, "wake", tasks.add, args=[1, 2])
+    assert wait_for_status(store, task_id, COMPLETED, timeout=3.0).result == 3
+
+
+@pytest.mark.postgres_only
+def test_an_idle_runtime_wakes_on_notify(db_store: WorkerStore, runtimes: Start) -> None:
+    if connections["default"].vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY needs PostgreSQL")
+    served = runtimes(db_store, poll_interval=60.0)
+    wait_until(lambda: served.runtime.listening)
+    task_id = submit(db_store, "wake", tasks.add, args=[1, 2])
+    assert wait_for_status(db_store, task_id, COMPLETED, timeout=3.0).result == 3
+
+
+# -- leases and zombies ----------------------------------------------------------------------
+
+
+def register(store: WorkerStore, worker_id: str, *, host: str, pid: int, age: float) -> None:
+    """Write the lease of a worker that is not in this test, heartbeat ``age`` seconds ago."""
+    at = clock.now() - timedelta(seconds=age)
+    store.register_worker(
+        WorkerRegistration(
+            id=worker_id,
+            host=host,
+            pid=pid,
+            queues=(),
+            concurrency=1,
+            started_at=at,
+            heartbeat_at=at,
+        )
+    )
+
+
+def claim_for(store: WorkerStore, worker_id: str, task_id: str) -> TaskInfo:
+    [info] = store.claim(worker_id, None, 1, clock.now())
+    assert info.id == task_id
+    return info
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+@pytest.mark.parametrize("retries", [0, 1])
+def test_a_run_of_a_worker_with_a_stale_lease_is_recovered_at_start_up(
+    tx_store: WorkerStore, runtimes: Start, retries: int
+) -> None:
+    task_id = submit(tx_store, "t", tasks.add, args=[1, 1], options=TaskOptions(retries=retries))
+    register(tx_store, "ghost", host="elsewhere", pid=1, age=3600)
+    claim_for(tx_store, "ghost", task_id)
+    served = runtimes(tx_store)
+    if retries:
+        info = wait_for_status(tx_store, task_id, COMPLETED)
+        assert (info.attempts, info.worker_id) == (2, served.runtime.worker_id)
+    else:
+        info = wait_for_status(tx_store, task_id, FAILED)
+        assert error_of(info) == (
+            "django_workers.exceptions.WorkerLost",
+            "Worker lost: its worker stopped heartbeating while the task ran.",
+        )
+        assert info.attempts == 1
+    assert "ghost" not in {w.id for w in tx_store.list_workers()}
+
+
+def test_a_run_of_a_dead_process_on_this_host_is_recovered_at_once(
+    tx_store: WorkerStore, runtimes: Start
+) -> None:
+    task_id = submit(tx_store, "t", tasks.add, args=[1, 1])
+    register(tx_store, "gone", host=HOST, pid=dead_pid(), age=0)
+    claim_for(tx_store, "gone", task_id)
+    runtimes(tx_store, lease_timeout=3600.0)
+    assert error_of(wait_for_status(tx_store, task_id, FAILED))[0].endswith("WorkerLost")
+
+
+def test_a_live_workers_run_is_never_touched(tx_store: WorkerStore, runtimes: Start) -> None:
+    remote = submit(tx_store, "remote", tasks.add, args=[1, 1])
+    local = submit(tx_store, "local", tasks.add, args=[1, 1])
+    register(tx_store, "remote-worker", host="elsewhere", pid=1, age=0)
+    register(tx_store, "local-worker", host=HOST, pid=os.getpid(), age=0)
+    claim_for(tx_store, "remote-worker", remote)
+    claim_for(tx_store, "local-worker", local)
+    sweeps = []
+    original = tx_store.recover_zombies
+
+    def spy(**kwargs: Any) -> Any:
+        sweeps.append(kwargs["now"])
+        return original(**kwargs)
+
+    tx_store.recover_zombies = spy  # type: ignore[method-assign]
+
+    def heartbeats_while_sweeping() -> bool:
+        for worker_id in ("remote-worker", "local-worker"):
+            assert tx_store.heartbeat(worker_id, clock.now())
+        return len(sweeps) >= 3
+
+    runtimes(tx_store, lease_timeout=1.5, heartbeat_interval=0.1)
+    wait_until(heartbeats_while_sweeping, timeout=10.0, interval=0.05)
+    assert [info_of(tx_store, t).status for t in (remote, local)] == [RUNNING, RUNNING]
+    # Once their heartbeats stop, their leases run out and the periodic sweep recovers both.
+    for task_id in (remote, local):
+        assert error_of(wait_for_status(tx_store, task_id, FAILED))[0].endswith("WorkerLost")
+
+
+def test_the_runtime_heartbeats_and_takes_back_a_lost_lease(
+    tx_store: WorkerStore, runtimes: Start
+) -> None:
+    served = runtimes(tx_store, heartbeat_interval=0.05)
+    worker_id = served.runtime.worker_id
+
+    def lease() -> WorkerRegistration | None:
+        return next((w for w in tx_store.list_workers() if w.id == worker_id), None)
+
+    first = lease()
+    assert first is not None
+    assert (first.host, first.pid, first.concurrency) == (
+        HOST,
+        os.getpid(),
+        2,
+    )
+    wait_until(lambda: (now := lease()) is not None and now.heartbeat_at > first.heartbeat_at)
+    tx_store.remove_worker(worker_id)  # declared dead by someone's sweep
+    wait_until(lease)
+    served.stop()
+    assert lease() is None
+
+
+# -- cleanup ----------------------------------------------------------------------------------
+
+
+def finished(store: WorkerStore, key: str, status: TaskStatus, days_ago: float) -> str:
+    task_id = submit(store, key, tasks.add, args=[1, 1])
+    run_id = info_of(store, task_id).run_id
+    when = clock.now() - timedelta(days=days_ago)
+    assert store.try_transition(task_id, run_id, LIVE_STATUSES, status, finished_at=when)
+    return task_id
+
+
+def test_cleanup_deletes_only_finished_records_past_their_retention(
+    tx_store: WorkerStore,
+) -> None:
+    doomed = [
+        finished(tx_store, "completed-old", COMPLETED, 8),
+        finished(tx_store, "cancelled-old", CANCELLED, 8),
+        finished(tx_store, "failed-ancient", FAILED, 31),
+    ]
+    kept = [
+        finished(tx_store, "completed-new", COMPLETED, 6),
+        finished(tx_store, "failed-old", FAILED, 8),
+        submit(tx_store, "pending", tasks.add, args=[1, 1]),
+    ]
+    assert WorkerRuntime(tx_store).cleanup() == 3
+    assert [tx_store.get_task_info(t) for t in doomed] == [None, None, None]
+    assert all(tx_store.get_task_info(t) is not None for t in kept)
+
+
+@override_settings(
+    DJANGO_WORKERS={
+        "RETENTION": {"COMPLETED": 60, "FAILED": None, "CANCELLED": None},
+        "CLEANUP_BATCH": 2,
+    }
+)
+def test_cleanup_goes_batch_by_batch_and_keeps_what_is_kept_forever(
+    tx_store: WorkerStore,
+) -> None:
+    doomed = [finished(tx_store, f"c{i}", COMPLETED, 1) for i in range(5)]
+    kept = [finished(tx_store, "failed", FAILED, 400), finished(tx_store, "x", CANCELLED, 400)]
+    assert WorkerRuntime(tx_store).cleanup() == 5
+    assert all(tx_store.get_task_info(t) is None for t in doomed)
+    assert all(tx_store.get_task_info(t) is not None for t in kept)
+
+
+def test_a_serving_runtime_cleans_up_on_its_schedule(
+    tx_store: WorkerStore, runtimes: Start
+) -> None:
+    old = finished(tx_store, "old", COMPLETED, 30)
+    runtimes(tx_store)
+    wait_until(lambda: tx_store.get_task_info(old) is None)
+
+
+# -- progress ---------------------------------------------------------------------------------
+
+
+def test_progress_writes_are_fenced_on_the_run(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    served = runtimes(tx_store)
+    task_id = submit(tx_store, "p", tasks.progress_then_hold, args=[name, 40, 90])
+    wait_until(lambda: info_of(tx_store, task_id).progress == 40)
+    assert [run.progress for run in served.runtime.active_runs()] == [40]
+    cancel_task(task_id, System(), store=tx_store)
+    tasks.gate(name).set()
+    wait_until(idle(served))
+    info = info_of(tx_store, task_id)
+    assert (info.status, info.progress) == (CANCELLED, 40)
+
+
+def test_progress_of_a_superseded_run_never_reaches_the_new_run(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    served = runtimes(tx_store)
+    task_id = submit(tx_store, "p", tasks.progress_then_hold, args=[name, 40, 90])
+    wait_until(lambda: tasks.calls[name] == 1)
+    cancel_task(task_id, System(), store=tx_store)
+    rerun = submit(tx_store, "p", tasks.add, args=[1, 1], run_after=timedelta(hours=1))
+    assert rerun == task_id
+    new_run = info_of(tx_store, task_id)
+    tasks.gate(name).set()
+    wait_until(idle(served))
+    info = info_of(tx_store, task_id)
+    assert (info.run_id, info.status, info.progress) == (new_run.run_id, PENDING, 0.0)
