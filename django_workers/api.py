@@ -7,6 +7,7 @@ is answered exactly like one that does not exist.
 
 from __future__ import annotations
 
+import functools
 import math
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -47,6 +48,7 @@ DEFAULT_QUEUE = "default"
 QUEUE_MAX_LENGTH = 100
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 MAX_LIMIT = 1000
+DEFAULT_OPTIONS = TaskOptions()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -133,10 +135,10 @@ def build_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) -
         queue = django_task.queue_name if django_task else DEFAULT_QUEUE
     queue = _check_queue(queue)
     _authorize_queue(store, queue, authority)
-    options = spec.options if spec.options is not None else TaskOptions()
+    options = spec.options if spec.options is not None else DEFAULT_OPTIONS
     if not isinstance(options, TaskOptions):
         raise InvalidTaskOptions(f"options must be a TaskOptions, got {type(options).__name__}.")
-    stored_options = options.to_json()
+    stored_options = dict(_options_json(options))
     if django_task is not None and django_task.takes_context:
         stored_options["takes_context"] = True
     priority = spec.priority if spec.priority is not None else getattr(django_task, "priority", 0)
@@ -161,11 +163,17 @@ def build_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) -
     )
 
 
+@functools.lru_cache(maxsize=64)
+def _options_json(options: TaskOptions) -> dict[str, Any]:
+    return options.to_json()
+
+
 def new_run_id() -> str:
     """Mint the identity of a new run."""
     return uuid.uuid4().hex
 
 
+@functools.lru_cache(maxsize=256)
 def _check_queue(queue: object) -> str:
     if not isinstance(queue, str) or not 1 <= len(queue) <= QUEUE_MAX_LENGTH:
         raise InvalidTaskOptions(
@@ -215,6 +223,8 @@ def _check_run_after(run_after: object) -> datetime | None:
 
 
 def _check_args(args: object) -> list[Any]:
+    if type(args) in (list, tuple) and not args:
+        return []
     if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence):
         raise InvalidTaskOptions(f"args must be a list or tuple, got {type(args).__name__}.")
     return to_json(list(args), "Task args")

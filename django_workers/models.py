@@ -91,8 +91,6 @@ class TaskRecord(models.Model):
             # Listing an owner's tasks newest first.
             models.Index(fields=("owner", "-created_at"), name="workers_task_owner"),
             models.Index(fields=("-created_at", "-id"), name="workers_task_created"),
-            # Zombie sweeps and cancel delivery look runs up by worker.
-            models.Index(fields=("worker_id", "status"), name="workers_task_worker"),
             # Retention deletes finished tasks by age.
             models.Index(fields=("status", "finished_at"), name="workers_task_finished"),
         )

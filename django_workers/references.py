@@ -7,6 +7,7 @@ Values cross the database as JSON; anything else is refused before a write.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 from collections.abc import Callable
@@ -23,6 +24,15 @@ TaskRef = str | Callable[..., Any] | Task
 
 def task_path(task: TaskRef) -> str:
     """Return the dotted path a worker imports to run ``task``, or raise TaskNotImportable."""
+    try:
+        hash(task)
+    except TypeError:
+        return _task_path(task)
+    # Cached: a bulk submit of one task checks its importability once, not per record.
+    return _cached_task_path(task)
+
+
+def _task_path(task: TaskRef) -> str:
     if isinstance(task, str):
         resolve(task)
         return task
@@ -39,6 +49,9 @@ def task_path(task: TaskRef) -> str:
         )
     _refuse_unimportable(func, path)
     return path
+
+
+_cached_task_path = functools.lru_cache(maxsize=1024)(_task_path)
 
 
 def _refuse_unimportable(func: Callable[..., Any], path: str) -> None:
@@ -90,7 +103,8 @@ def to_json(value: Any, what: str) -> Any:
             "or plain data instead of objects."
         ) from e
     loaded = json.loads(text)
-    if _has_nul(loaded):
+    # The substring test is cheap; the walk rules out an escaped backslash before "u0000".
+    if "\\u0000" in text and _has_nul(loaded):
         raise ArgumentsNotSerializable(
             f"{what} contains a NUL character (\\u0000), which PostgreSQL cannot store in "
             "JSON; remove it or encode the data (e.g. base64) first."

@@ -37,6 +37,8 @@ INSERT_CHUNK = 400
 
 _FIELDS = [f.attname for f in TaskRecord._meta.concrete_fields]
 _COLUMNS = [f.column for f in TaskRecord._meta.concrete_fields]
+_JSON_INDEXES = [i for i, f in enumerate(_FIELDS) if f in JSON_COLUMNS]
+_dumps = json.dumps
 
 
 def _q(connection: BaseDatabaseWrapper, name: str) -> str:
@@ -53,6 +55,16 @@ def _db_value(connection: BaseDatabaseWrapper, name: str, value: Any) -> Any:
     return value
 
 
+def _copy_row(record: Mapping[str, Any]) -> list[Any]:
+    """A record's values for COPY: JSON columns as text, the rest as psycopg adapts them."""
+    values = [record[f] for f in _FIELDS]
+    for i in _JSON_INDEXES:
+        value = values[i]
+        if value is not None:
+            values[i] = _dumps(value) if value else ("[]" if isinstance(value, list) else "{}")
+    return values
+
+
 def insert_records(connection: BaseDatabaseWrapper, records: Sequence[Mapping[str, Any]]) -> None:
     """Insert fresh task rows (as built by ``rows.row_of``) in as few statements as possible."""
     table = _q(connection, TaskRecord._meta.db_table)
@@ -61,7 +73,7 @@ def insert_records(connection: BaseDatabaseWrapper, records: Sequence[Mapping[st
         if connection.vendor == "postgresql" and len(records) >= COPY_MIN_ROWS:
             with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
                 for record in records:
-                    copy.write_row([_db_value(connection, f, record[f]) for f in _FIELDS])
+                    copy.write_row(_copy_row(record))
             return
         row_sql = "(" + ", ".join(["%s"] * len(_FIELDS)) + ")"
         for start in range(0, len(records), INSERT_CHUNK):
