@@ -79,6 +79,10 @@ def _database() -> dict:
 DATABASES = {"default": _database()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+TASKS = {
+    "default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"},
+    # Fixture tasks declared with @task(backend="workers") are enqueued as task records.
+    "workers": {"BACKEND": "django_workers.backends.WorkersBackend"},
+}
 
 DJANGO_WORKERS: dict = {}

@@ -6,7 +6,7 @@ import threading
 from collections import Counter, defaultdict
 from typing import Any
 
-from django.tasks import task
+from django.tasks import TaskContext, task
 
 
 def add(a: int, b: int) -> int:
@@ -236,3 +236,77 @@ def record_execution(hold: float = 0.0) -> int:
     time.sleep(hold)
     Execution.objects.filter(pk=row.pk).update(finished_at=timezone.now())
     return os.getpid()
+
+
+# -- django.tasks fixtures: @task functions enqueued through WorkersBackend ("workers") --
+
+
+@task(backend="workers")
+def dj_noop(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@task(backend="workers")
+async def dj_noop_async(*args: Any, **kwargs: Any) -> None:
+    return None
+
+
+@task(backend="workers")
+def dj_meaning_of_life() -> int:
+    return 42
+
+
+@task(backend="workers")
+async def dj_async_add(a: int, b: int) -> int:
+    import asyncio
+
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task(backend="workers")
+def dj_value_error() -> None:
+    raise ValueError("This task failed due to ValueError")
+
+
+@task(backend="workers")
+def dj_system_exit() -> None:
+    raise SystemExit("This task failed due to SystemExit")
+
+
+@task(backend="workers")
+def dj_complex_exception() -> None:
+    raise ValueError(ValueError("This task failed"))
+
+
+@task(backend="workers")
+def dj_unserializable_result() -> object:
+    return object()
+
+
+@task(backend="workers", takes_context=True)
+def dj_get_task_id(context: TaskContext) -> str:
+    return context.task_result.id
+
+
+@task(backend="workers", takes_context=True)
+async def dj_async_get_task_id(context: TaskContext) -> str:
+    return context.task_result.id
+
+
+@task(backend="workers", takes_context=True)
+def dj_context(context: TaskContext, attempt: int) -> dict[str, Any]:
+    assert isinstance(context, TaskContext)
+    assert context.attempt == attempt
+    result = context.task_result
+    return {"status": result.status, "backend": result.backend, "args": result.args}
+
+
+@task(backend="workers")
+def dj_wait_for_cancel(limit: float = 30.0) -> str:
+    return wait_for_cancel(limit)
+
+
+@task(backend="workers")
+def dj_held(name: str) -> str:
+    return held(name)
