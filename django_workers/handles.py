@@ -212,7 +212,13 @@ def _next_pause(ends: _TaskEnds | None, pause: float) -> tuple[float, float]:
 def _value_of(info: TaskInfo) -> Any:
     if info.status == TaskStatus.COMPLETED:
         return info.result
-    failure = info.error or TaskFailure(_path(TaskCancelled), cancel_message(info.cancel_reason))
+    failure = info.error
+    if failure is None:  # every end records its error; this guards older or foreign rows
+        cancelled = info.status == TaskStatus.CANCELLED
+        failure = TaskFailure(
+            _path(TaskCancelled) if cancelled else "",
+            cancel_message(info.cancel_reason) if cancelled else f"Task ended {info.status}",
+        )
     raise RemoteTaskError(failure.type, failure.message, failure.traceback)
 
 
