@@ -229,6 +229,9 @@ class DatabaseWorkerStore(WorkerStore):
             found = sql.claim_postgres(connections[self.using], worker_id, queues, limit, now)
             found.sort(key=lambda r: (-r["priority"], r["created_at"], r["id"]))
             return [rows.info_of(r, r.pop("grants")) for r in found]
+        if not sql.any_ready(connections[self.using], queues, now):
+            # A plain read first: an idle poll takes no write lock (SQLite has only one).
+            return []
         with self._atomic():
             free = self._lock_limited_queues(queues, queue_limits or {})
             # Stamped after the queue locks: a sequential queue's next run starts after

@@ -83,6 +83,20 @@ def insert_records(connection: BaseDatabaseWrapper, records: Sequence[Mapping[st
             cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", params)
 
 
+def any_ready(connection: BaseDatabaseWrapper, queues: Sequence[str] | None, now: datetime) -> bool:
+    """Whether any task is ready to claim: the cheap read an idle poll makes."""
+    table = _q(connection, TaskRecord._meta.db_table)
+    queue_filter = f"AND queue IN ({', '.join(['%s'] * len(queues))})" if queues else ""
+    sql = (
+        f"SELECT 1 FROM {table} WHERE status = %s AND (run_after IS NULL OR run_after <= %s) "
+        f"{queue_filter} LIMIT 1"
+    )
+    params = [TaskStatus.PENDING.value, connection.ops.adapt_datetimefield_value(now)]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *(queues or ())])
+        return cursor.fetchone() is not None
+
+
 def claim_postgres(
     connection: BaseDatabaseWrapper,
     worker_id: str,
