@@ -561,6 +561,21 @@ def test_enqueued_started_and_finished_are_sent(worker: RuntimeThread, received:
     assert received.results[("finished", bad.id)].errors[0].exception_class is ValueError
 
 
+def test_a_running_task_cancelled_still_sends_task_finished(
+    worker: RuntimeThread, received: Received
+) -> None:
+    result = t.dj_wait_for_cancel.enqueue()
+    wait_until(lambda: len(received.of(result.id)) == 2)  # enqueued, started
+
+    cancel_task(result.id, System())
+
+    wait_until(lambda: len(received.of(result.id)) == 3)
+    assert received.of(result.id)[2] == ("finished", WorkersBackend, TaskResultStatus.FAILED)
+    error = received.results[("finished", result.id)].errors[0]
+    assert error.exception_class is TaskCancelled
+    assert "Cancelled by user" in error.traceback
+
+
 def test_no_django_signals_for_tasks_submitted_with_submit_task(
     worker: RuntimeThread, db_store: DatabaseWorkerStore, received: Received
 ) -> None:

@@ -280,6 +280,11 @@ class WorkerRuntime:
                 self._log_end(handle, end, outcome[id(end)])
                 if outcome[id(end)]:
                     _notify_observers("finished", handle.info, end)
+                elif handle.token.reason is CancelReason.USER:
+                    # cancel_task recorded this run's end before the run stopped: the
+                    # run still finished, as what the record says (django.tasks signals).
+                    stored = handle.cancelled_end(CancelReason.USER)
+                    _notify_observers("finished", handle.info, stored)
             if release:
                 self._release(handle)
 
