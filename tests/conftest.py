@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -10,6 +11,7 @@ from django_workers.conf import workers_settings
 from django_workers.stores import WorkerStore, reset_default_store
 from django_workers.stores.database import DatabaseWorkerStore
 from django_workers.stores.memory import InMemoryWorkerStore
+from tests.helpers import WorkerProcesses
 
 STORES = ["memory", pytest.param("database", marks=pytest.mark.django_db)]
 TX_STORES = ["memory", pytest.param("database", marks=pytest.mark.django_db(transaction=True))]
@@ -44,3 +46,11 @@ def tx_store(request: pytest.FixtureRequest) -> WorkerStore:
 def db_store(transactional_db: None) -> DatabaseWorkerStore:
     """The database store, committing for real."""
     return DatabaseWorkerStore()
+
+
+@pytest.fixture
+def worker_processes(transactional_db: None, tmp_path: Path) -> Iterator[WorkerProcesses]:
+    """Start ``runworkers`` subprocesses on the test database; all are killed at teardown."""
+    processes = WorkerProcesses(tmp_path)
+    yield processes
+    processes.kill_all()

@@ -1,13 +1,21 @@
-"""Test helpers: waiting on a condition with a deadline, and a runtime on a background thread."""
+"""Test helpers: waiting with a deadline, a runtime on a thread, runworkers subprocesses."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
-from django.db import connections
+from django.db import connection, connections
 
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.runtime.runtime import WorkerRuntime
@@ -94,3 +102,111 @@ def start_runtime(
 def runtime_threads() -> list[threading.Thread]:
     """Threads a runtime started that are still alive (named ``workers-*``)."""
     return [t for t in threading.enumerate() if t.name.startswith("workers-") and t.is_alive()]
+
+
+# -- runworkers subprocesses (integration tests) ---------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: DJANGO_WORKERS of every worker subprocess: leases short enough for a test to outlive.
+CHILD_SETTINGS: dict[str, Any] = {
+    "LEASE_TIMEOUT": 2.0,
+    "HEARTBEAT_INTERVAL": 0.5,
+    "POLL_INTERVAL": 0.05,
+    "QUEUES": {"seq": {"concurrency": 1}},
+}
+
+
+def child_env() -> dict[str, str]:
+    """The environment that points a child process at this test session's database."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    env["WORKERS_TEST_SETTINGS"] = json.dumps(CHILD_SETTINGS)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    name = str(connection.settings_dict["NAME"])
+    if connection.vendor == "sqlite":
+        env["WORKERS_SQLITE_PATH"] = name
+    else:
+        url = urlsplit(os.environ["DATABASE_URL"])
+        env["DATABASE_URL"] = urlunsplit(url._replace(path=f"/{name}"))
+    return env
+
+
+class WorkerSubprocess:
+    """One ``manage.py runworkers`` subprocess, its output in a log file."""
+
+    def __init__(self, args: Sequence[str], log_path: Path) -> None:
+        self.args = list(args)
+        self.log_path = log_path
+        command = [sys.executable, "-m", "django", "runworkers", *args, "--settings=tests.settings"]
+        with log_path.open("wb") as log:
+            # Its own session, so that teardown can kill it with every process it started.
+            self.popen = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=child_env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def send(self, signum: int) -> None:
+        self.popen.send_signal(signum)
+
+    def kill(self) -> None:
+        """SIGKILL the process and everything it started, as a crash would."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self.popen.wait(10.0)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the exit and return its code; fail with the log if it takes longer."""
+        try:
+            return self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(
+                f"runworkers {self.args} still running after {timeout} s:\n{self.log()}"
+            ) from None
+
+    def wait_for_log(self, text: str, timeout: float = 10.0) -> None:
+        try:
+            wait_until(lambda: text in self.log(), timeout)
+        except AssertionError:
+            raise AssertionError(f"{text!r} never logged; log:\n{self.log()}") from None
+
+
+class WorkerProcesses:
+    """Starts runworkers subprocesses on the test database and kills what is left at the end."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self.started: list[WorkerSubprocess] = []
+
+    def start(self, *args: str) -> WorkerSubprocess:
+        """Start ``runworkers *args``; ``wait_registered`` tells when it serves."""
+        log_path = self.log_dir / f"runworkers-{len(self.started)}.log"
+        process = WorkerSubprocess(args, log_path)
+        self.started.append(process)
+        return process
+
+    def wait_registered(self, count: int, timeout: float = 20.0) -> None:
+        """Wait until ``count`` runtimes hold a lease (each runtime writes one at start)."""
+        from django_workers.models import WorkerProcess as Lease
+
+        try:
+            wait_until(lambda: Lease.objects.count() >= count, timeout, interval=0.05)
+        except AssertionError:
+            logs = "\n".join(p.log() for p in self.started)
+            raise AssertionError(f"{count} workers never registered; logs:\n{logs}") from None
+
+    def kill_all(self) -> None:
+        for process in self.started:
+            process.kill()

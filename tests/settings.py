@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -85,4 +86,5 @@ TASKS = {
     "workers": {"BACKEND": "django_workers.backends.WorkersBackend"},
 }
 
-DJANGO_WORKERS: dict = {}
+# Worker subprocesses of the integration tests get short leases and queue limits this way.
+DJANGO_WORKERS: dict = json.loads(os.environ.get("WORKERS_TEST_SETTINGS", "{}"))
