@@ -362,6 +362,17 @@ def test_run_after_is_respected(worker: RuntimeThread) -> None:
     assert deferred.task.run_after == run_after
 
 
+def test_submit_task_takes_a_django_tasks_defaults(db_store: DatabaseWorkerStore) -> None:
+    run_after = timezone.now() + timedelta(hours=1)
+    declared = t.dj_noop.using(priority=7, run_after=run_after)
+
+    task_id = submit_task("k", declared, Owner("alice"))
+
+    info = get_task_status(task_id, Owner("alice"))
+    assert (info.priority, info.run_after, info.queue) == (7, run_after, "default")
+    assert info.backend is None  # not enqueued through django.tasks
+
+
 def test_higher_priority_runs_first_then_older(db_store: DatabaseWorkerStore) -> None:
     low = t.dj_noop.using(priority=-10).enqueue()
     mid = t.dj_noop.enqueue()
