@@ -291,7 +291,7 @@ def test_a_cancel_written_by_another_process_reaches_the_run(
     assert tx_store.try_transition(
         task_id, running.run_id, [RUNNING], CANCELLED, **cancelled_fields()
     )
-    wait_until(marker.exists, timeout=2.0)  # the heartbeat poll delivered it
+    wait_until(marker.exists, timeout=5.0)  # the poll (every 0.5 s) delivered it
     assert marker.read_text() == "user"
     wait_until(idle(served))
 
