@@ -1,0 +1,32 @@
+"""The benchmark projects' DATABASES entry, from DATABASE_URL (used by both settings modules).
+
+PostgreSQL: a persistent connection per thread (``CONN_MAX_AGE=None``); SPEC §10
+notes Django's default of 0 halves a worker's throughput, and every system
+measured here gets the same setting. SQLite: what docs/install.md tells users
+to set (WAL, IMMEDIATE transactions, a busy timeout).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+
+HERE = Path(__file__).resolve().parent
+DEFAULT_URL = f"sqlite:///{HERE / 'results' / 'bench-workers.sqlite3'}"
+
+
+def database_from_env() -> dict[str, Any]:
+    """DATABASES['default'] for the URL in DATABASE_URL (a SQLite file when unset)."""
+    db = dj_database_url.parse(os.environ.get("DATABASE_URL") or DEFAULT_URL)
+    db["CONN_MAX_AGE"] = None
+    db["CONN_HEALTH_CHECKS"] = False
+    if db["ENGINE"] == "django.db.backends.sqlite3":
+        db["OPTIONS"] = {
+            "init_command": "PRAGMA journal_mode=WAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+        }
+    return db
