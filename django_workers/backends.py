@@ -123,7 +123,8 @@ class WorkersBackend(BaseTaskBackend):
         except (TaskNotFound, InvalidTaskKey):
             raise TaskResultDoesNotExist(result_id) from None
         if info.backend is None:
-            # Submitted with submit_task: it has an owner and is not Django's to read.
+            # Submitted with submit_task: reading it takes an authority, which Django's
+            # API does not carry, so it stays out of django.tasks' reach.
             raise TaskResultDoesNotExist(result_id)
         return task_result_of(info)
 
