@@ -120,10 +120,9 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
 }
 
-# Django's own task framework. django_workers.backends.WorkersBackend will go
-# here, so that every @task's .enqueue() is stored and run by runworkers:
-# TASKS = {"default": {"BACKEND": "django_workers.backends.WorkersBackend"}}
-TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+# Django's own task framework: every @task's .enqueue() is stored as a task
+# record and run by runworkers.
+TASKS = {"default": {"BACKEND": "django_workers.backends.WorkersBackend"}}
 
 DJANGO_WORKERS = {
     # Receipts go out one at a time, in the order they were submitted, however

@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.models import Q
+from django.tasks import TaskResultStatus
 
 from django_workers import (
     Owner,
@@ -127,6 +128,8 @@ def submit_demo_tasks() -> dict[str, str]:
         "search-index": submit_task(
             "search-index", tasks.rebuild_search_index, System(), scope="global"
         ),
+        # Plain Django: TASKS names our backend, so .enqueue() writes a record too.
+        "django-enqueue": tasks.rebuild_search_index.enqueue().id,
     }
     # Several tasks in one call: written in one statement where the database allows.
     receipts = [
@@ -173,6 +176,11 @@ def demo_tasks() -> list[DemoTask]:
         DemoTask(
             "search-index",
             "System(): a global task with no owner; demo-user cannot see it",
+            Expected(TaskStatus.COMPLETED, attempts=1),
+        ),
+        DemoTask(
+            "django-enqueue",
+            "django.tasks: @task .enqueue() via WorkersBackend; get_result() says SUCCESSFUL",
             Expected(TaskStatus.COMPLETED, attempts=1),
         ),
         *(
@@ -223,6 +231,7 @@ class Command(BaseCommand):
         for demo in demos:
             demo.info = get_task_status(demo.task_id, System())
         self.check_visibility(demos)
+        self.check_django_result(next(d for d in demos if d.key == "django-enqueue"))
         self.check_sequential([d for d in demos if d.key.startswith("receipt-")])
         failed = self.report(demos)
         if code != 0:
@@ -236,7 +245,11 @@ class Command(BaseCommand):
     def clear_earlier_runs(self) -> None:
         """Delete the records an earlier demo left, so every task starts as a fresh run."""
         # The model, not the task API: the API has no delete, only cancel and retention.
-        stale = TaskRecord.objects.filter(Q(owner=DEMO_USER.user_id) | Q(id__in=GLOBAL_KEYS))
+        stale = TaskRecord.objects.filter(
+            Q(owner=DEMO_USER.user_id)
+            | Q(id__in=GLOBAL_KEYS)
+            | Q(task_path=tasks.rebuild_search_index.module_path)
+        )
         deleted, _ = stale.delete()
         if deleted:
             self.stdout.write(f"Cleared {deleted} records of an earlier demo.")
@@ -290,6 +303,16 @@ class Command(BaseCommand):
                 worker.kill()
                 worker.wait()
             raise CommandError("runworkers did not finish in time; see the log above.") from None
+
+    def check_django_result(self, demo: DemoTask) -> None:
+        """Django's own API reads the run's end back: TaskResult.status and return_value."""
+        result = tasks.rebuild_search_index.get_result(demo.task_id)
+        self.stdout.write(
+            f"  get_result({demo.task_id!r}): status {result.status}, "
+            f"return_value {result.return_value if result.is_finished else None!r}"
+        )
+        if result.status != TaskResultStatus.SUCCESSFUL:
+            demo.extra_problems.append(f"get_result() said {result.status}, expected SUCCESSFUL")
 
     def check_visibility(self, demos: Sequence[DemoTask]) -> None:
         """A global task is invisible to a user who does not watch it: TaskNotFound."""
