@@ -138,7 +138,7 @@ class WorkerRuntime:
 
     # -- start-up --
 
-    def _start(self) -> None:
+    def _register(self) -> None:
         now = clock.now()
         self.store.register_worker(
             WorkerRegistration(
@@ -151,6 +151,9 @@ class WorkerRuntime:
                 heartbeat_at=now,
             )
         )
+
+    def _start(self) -> None:
+        self._register()
         if self.recover_zombies:
             self._sweep_zombies()
         self._spawn(self._finisher_loop, "workers-finisher")
@@ -389,18 +392,7 @@ class WorkerRuntime:
             logger.warning(
                 "Lease of %s was lost (declared dead); registering again", self.worker_id
             )
-            now = clock.now()
-            self.store.register_worker(
-                WorkerRegistration(
-                    id=self.worker_id,
-                    host=self.host,
-                    pid=self.pid,
-                    queues=self.queues or (),
-                    concurrency=self.concurrency,
-                    started_at=now,
-                    heartbeat_at=now,
-                )
-            )
+            self._register()
 
     def _sweep_zombies(self) -> None:
         dead = [

@@ -26,19 +26,13 @@ def _child_main(options: dict[str, Any]) -> None:
 
     django.setup()
     from django_workers.management.commands.runworkers import (
+        build_runtime,
         configure_logging,
         install_signal_handlers,
     )
-    from django_workers.runtime.runtime import WorkerRuntime
 
     configure_logging(options["verbosity"])
-    runtime = WorkerRuntime(
-        queues=options["queues"],
-        concurrency=options["concurrency"],
-        recover_zombies=not options["no_recover_zombies"],
-        burst=options["burst"],
-        poll_interval=options["poll_interval"],
-    )
+    runtime = build_runtime(options)
     install_signal_handlers(runtime.request_stop)
     raise SystemExit(runtime.run(drain_timeout=options["drain_timeout"]))
 

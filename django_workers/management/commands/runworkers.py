@@ -92,14 +92,7 @@ class Command(BaseCommand):
             self._banner(store, options)
             code = Supervisor(options).run()
         else:
-            runtime = WorkerRuntime(
-                store,
-                queues=options["queues"],
-                concurrency=options["concurrency"],
-                recover_zombies=not options["no_recover_zombies"],
-                burst=options["burst"],
-                poll_interval=options["poll_interval"],
-            )
+            runtime = build_runtime(options, store)
             install_signal_handlers(runtime.request_stop)
             self._banner(store, options, runtime.worker_id)
             code = runtime.run(drain_timeout=options["drain_timeout"])
@@ -133,6 +126,18 @@ class Command(BaseCommand):
         if options["burst"]:
             lines.append("  mode:        burst (exits when nothing is left)")
         self.stdout.write("\n".join(lines))
+
+
+def build_runtime(options: dict[str, Any], store: Any = None) -> WorkerRuntime:
+    """The runtime one worker process runs, from the command's options."""
+    return WorkerRuntime(
+        store,
+        queues=options["queues"],
+        concurrency=options["concurrency"],
+        recover_zombies=not options["no_recover_zombies"],
+        burst=options["burst"],
+        poll_interval=options["poll_interval"],
+    )
 
 
 def configure_logging(verbosity: int) -> None:
