@@ -723,3 +723,45 @@ def test_progress_of_a_superseded_run_never_reaches_the_new_run(
     wait_until(idle(served))
     info = info_of(tx_store, task_id)
     assert (info.run_id, info.status, info.progress) == (new_run.run_id, PENDING, 0.0)
+
+
+# -- a run that lost its claim ------------------------------------------------------------------
+
+
+def _lose_claim(store: WorkerStore, served: RuntimeThread, task_id: str) -> TaskInfo:
+    """Declare ``served`` dead (as a sweep would) and let a live worker claim the task again."""
+    store.recover_zombies(lease_timeout=3600.0, now=clock.now(), dead=[served.runtime.worker_id])
+    register(store, "successor", host="elsewhere", pid=1, age=0)
+    again = claim_for(store, "successor", task_id)
+    assert again.run_id == info_of(store, task_id).run_id  # a re-claim keeps the run id
+    return again
+
+
+def test_a_run_that_lost_its_claim_never_starts_another_attempt(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    # The stop poll would set the token soon enough; here it has not come round yet.
+    tx_store.runs_to_stop = lambda worker_id, runs: {}  # type: ignore[method-assign]
+    served = runtimes(tx_store, concurrency=1)
+    options = TaskOptions(retries=5, retry_backoff=0.2, retry_jitter=False)
+    task_id = submit(tx_store, "retrying", tasks.fail_counting, args=[name], options=options)
+    wait_until(lambda: tasks.calls[name] == 1)
+    again = _lose_claim(tx_store, served, task_id)
+    wait_until(idle(served), timeout=5.0)  # the retry write lost its fence: the run gave up
+    assert tasks.calls[name] == 1
+    info = info_of(tx_store, task_id)
+    assert (info.status, info.worker_id, info.attempts) == (RUNNING, "successor", again.attempts)
+
+
+def test_progress_of_a_run_that_lost_its_claim_never_reaches_the_new_claim(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    served = runtimes(tx_store, concurrency=1)
+    options = TaskOptions(retries=1)
+    task_id = submit(tx_store, "p", tasks.progress_then_hold, args=[name, 40, 90], options=options)
+    wait_until(lambda: tasks.calls[name] == 1)
+    _lose_claim(tx_store, served, task_id)
+    tasks.gate(name).set()
+    wait_until(idle(served))
+    info = info_of(tx_store, task_id)
+    assert (info.status, info.worker_id, info.progress) == (RUNNING, "successor", 40)

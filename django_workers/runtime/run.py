@@ -66,7 +66,12 @@ class RunHandle:
             return
         self._last_progress_write = now
         self.store.try_transition(
-            self.task_id, self.run_id, [TaskStatus.RUNNING], TaskStatus.RUNNING, progress=pct
+            self.task_id,
+            self.run_id,
+            [TaskStatus.RUNNING],
+            TaskStatus.RUNNING,
+            claimed_by=self.worker_id,
+            progress=pct,
         )
 
     def request_cancel(self, reason: CancelReason) -> bool:
@@ -165,6 +170,7 @@ def _wait_to_retry(handle: RunHandle, failure: TaskFailure) -> bool:
         handle.run_id,
         [TaskStatus.RUNNING],
         TaskStatus.RUNNING,
+        claimed_by=handle.worker_id,
         attempts=attempts,
         error=failure.to_json(),
     ):

@@ -216,9 +216,15 @@ class WorkerStore(abc.ABC):
         run_id: RunId,
         from_states: Iterable[TaskStatus],
         to_state: TaskStatus,
+        *,
+        claimed_by: str | None = None,
         **fields: Any,
     ) -> bool:
-        """Move the task to ``to_state`` if it is in ``from_states`` and holds ``run_id``."""
+        """Move the task to ``to_state`` if it is in ``from_states`` and holds ``run_id``.
+
+        ``claimed_by`` also requires the record to name that worker: a run's own
+        writes pass it, because a re-claim after a zombie sweep keeps the run_id.
+        """
 
     @abc.abstractmethod
     def set_task_state(self, task_id: str, run_id: RunId, **fields: Any) -> bool:

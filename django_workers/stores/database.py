@@ -198,10 +198,14 @@ class DatabaseWorkerStore(WorkerStore):
         run_id: RunId,
         from_states: Iterable[TaskStatus],
         to_state: TaskStatus,
+        *,
+        claimed_by: str | None = None,
         **fields: Any,
     ) -> bool:
         rows.check_state_fields(fields, transition=True)
         qs = self._fenced(task_id, run_id).filter(status__in=list(from_states))
+        if claimed_by is not None:
+            qs = qs.filter(worker_id=claimed_by)
         return qs.update(status=to_state, **fields) == 1
 
     def set_task_state(self, task_id: str, run_id: RunId, **fields: Any) -> bool:

@@ -131,6 +131,8 @@ class InMemoryWorkerStore(WorkerStore):
         run_id: RunId,
         from_states: Iterable[TaskStatus],
         to_state: TaskStatus,
+        *,
+        claimed_by: str | None = None,
         **fields: Any,
     ) -> bool:
         rows.check_state_fields(fields, transition=True)
@@ -139,6 +141,8 @@ class InMemoryWorkerStore(WorkerStore):
             if row is None or row["status"] not in set(from_states):
                 return False
             if run_id is not ANY_RUN and row["run_id"] != run_id:
+                return False
+            if claimed_by is not None and row["worker_id"] != claimed_by:
                 return False
             row.update(fields, status=to_state)
             return True
