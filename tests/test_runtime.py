@@ -765,3 +765,16 @@ def test_progress_of_a_run_that_lost_its_claim_never_reaches_the_new_claim(
     wait_until(idle(served))
     info = info_of(tx_store, task_id)
     assert (info.status, info.worker_id, info.progress) == (RUNNING, "successor", 40)
+
+
+@pytest.mark.parametrize(("heartbeat", "lease"), [(5.0, 1.0), (20.0, 30.0)])
+def test_a_heartbeat_that_could_miss_the_lease_is_refused(heartbeat: float, lease: float) -> None:
+    # Its own sweep would declare it dead and fail its runs as "Worker lost" mid-run.
+    with pytest.raises(ValueError, match="must be at most half of lease_timeout"):
+        WorkerRuntime(InMemoryWorkerStore(), heartbeat_interval=heartbeat, lease_timeout=lease)
+    with (
+        override_settings(DJANGO_WORKERS={"HEARTBEAT_INTERVAL": heartbeat, "LEASE_TIMEOUT": lease}),
+        pytest.raises(ValueError, match="must be at most half of lease_timeout"),
+    ):
+        WorkerRuntime(InMemoryWorkerStore())
+    assert WorkerRuntime(InMemoryWorkerStore(), heartbeat_interval=lease / 2, lease_timeout=lease)

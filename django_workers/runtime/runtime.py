@@ -90,6 +90,14 @@ class WorkerRuntime:
         self.poll_interval = _or_setting(poll_interval, "POLL_INTERVAL")
         self.heartbeat_interval = _or_setting(heartbeat_interval, "HEARTBEAT_INTERVAL")
         self.lease_timeout = _or_setting(lease_timeout, "LEASE_TIMEOUT")
+        if self.heartbeat_interval * 2 > self.lease_timeout:
+            # Else the lease can run out between two heartbeats, and this runtime's own
+            # sweep declares it dead and recovers its runs while they still run.
+            raise ValueError(
+                f"heartbeat_interval ({self.heartbeat_interval:g} s) must be at most half of "
+                f"lease_timeout ({self.lease_timeout:g} s); lower "
+                "DJANGO_WORKERS['HEARTBEAT_INTERVAL'] or raise 'LEASE_TIMEOUT'."
+            )
         self.host = socket.gethostname()[:200]
         self.pid = os.getpid()
         self.worker_id = f"{self.host[:40]}:{self.pid}:{uuid.uuid4().hex[:8]}"
