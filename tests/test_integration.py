@@ -164,6 +164,7 @@ def test_a_second_sigterm_exits_at_once(
     store: DatabaseWorkerStore, worker_processes: WorkerProcesses, processes: str
 ) -> None:
     worker = worker_processes.start("--drain-timeout", "60", "--processes", processes)
+    worker_processes.wait_registered(int(processes))
     task_id = submit("ignores", tasks.ignore_cancel, args=[60])
     wait_for_status(store, task_id, RUNNING, timeout=20.0)
     worker.send(signal.SIGTERM)
