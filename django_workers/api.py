@@ -389,6 +389,11 @@ def update_progress(info: TaskInfo, pct: float, *, store: WorkerStore | None = N
         handle.report_progress(float(pct))
     else:
         (store or default_store()).try_transition(
-            info.id, info.run_id, [TaskStatus.RUNNING], TaskStatus.RUNNING, progress=float(pct)
+            info.id,
+            info.run_id,
+            [TaskStatus.RUNNING],
+            TaskStatus.RUNNING,
+            claimed_by=info.worker_id,
+            progress=float(pct),
         )
     return replace(info, progress=float(pct))

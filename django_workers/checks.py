@@ -56,9 +56,26 @@ def check_workers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
                     id="django_workers.E001",
                 )
             )
+    heartbeat, lease = workers_settings.HEARTBEAT_INTERVAL, workers_settings.LEASE_TIMEOUT
+    if heartbeat * 2 > lease:
+        errors.append(
+            Error(
+                f"DJANGO_WORKERS['HEARTBEAT_INTERVAL'] ({heartbeat:g} s) is more than half of "
+                f"'LEASE_TIMEOUT' ({lease:g} s): a live worker's lease could run out between "
+                "two heartbeats and its tasks be recovered while they run.",
+                hint="Lower HEARTBEAT_INTERVAL or raise LEASE_TIMEOUT (defaults: 5 s and 30 s).",
+                id="django_workers.E003",
+            )
+        )
     queues = workers_settings.QUEUES
     if not isinstance(queues, dict):
-        errors.append(Error("DJANGO_WORKERS['QUEUES'] must be a dict.", id="django_workers.E002"))
+        errors.append(
+            Error(
+                "DJANGO_WORKERS['QUEUES'] must be a dict.",
+                hint='Map queue names to settings, e.g. {"reports": {"concurrency": 1}}.',
+                id="django_workers.E002",
+            )
+        )
         return errors
     for queue, conf in queues.items():
         limit = conf.get("concurrency") if isinstance(conf, dict) else None

@@ -92,7 +92,10 @@ class Command(BaseCommand):
             self._banner(store, options)
             code = Supervisor(options).run()
         else:
-            runtime = build_runtime(options, store)
+            try:
+                runtime = build_runtime(options, store)
+            except ValueError as e:  # the runtime refusing its settings (heartbeat vs lease)
+                raise CommandError(str(e)) from e
             install_signal_handlers(runtime.request_stop)
             self._banner(store, options, runtime.worker_id)
             code = runtime.run(drain_timeout=options["drain_timeout"])
