@@ -147,26 +147,28 @@ def main() -> int:
     raw = RESULTS / f"profile-{args.db}-{mode}.txt"
     worker = target.worker_command(burst=True, concurrency=args.concurrency)
     started = time.monotonic()
-    subprocess.run(
-        [
-            py_spy,
-            "record",
-            *(["--idle", "--threads"] if args.wall else ["--gil"]),
-            "--format",
-            "raw",
-            "--rate",
-            str(args.rate),
-            "--output",
-            str(raw),
-            "--",
-            *worker,
-            "-v0",
-        ],
-        cwd=ROOT,
-        env=target.env(),
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
+    # The worker at its default verbosity, as the benchmark runs it: a log line per task.
+    with open(raw.with_suffix(".log"), "wb") as log:
+        subprocess.run(
+            [
+                py_spy,
+                "record",
+                *(["--idle", "--threads"] if args.wall else ["--gil"]),
+                "--format",
+                "raw",
+                "--rate",
+                str(args.rate),
+                "--output",
+                str(raw),
+                "--",
+                *worker,
+            ],
+            cwd=ROOT,
+            env=target.env(),
+            check=True,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     seconds = time.monotonic() - started
     stats = drive(target, "drain_stats")
     print(
