@@ -32,7 +32,7 @@ from django_workers.exceptions import RemoteTaskError, TaskCancelled
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef
-from django_workers.runtime.wakeup import Listener, listen_params
+from django_workers.runtime.wakeup import DONE_CHANNEL, Listener, listen_params
 from django_workers.stores import WorkerStore, default_store
 
 #: Polling without NOTIFY: the first pause, doubled up to the last, in seconds.
@@ -249,7 +249,7 @@ class _TaskEnds:
     def __init__(self, params: dict[str, Any]) -> None:
         self._lock = threading.Lock()
         self._waiters: dict[str, list[Callable[[], None]]] = {}
-        self._listener = Listener(params, self._on_notify)
+        self._listener = Listener(params, self._on_notify, channel=DONE_CHANNEL)
         self._listener.start()
 
     @property

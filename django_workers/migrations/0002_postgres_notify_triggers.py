@@ -28,7 +28,7 @@ BEGIN
             PERFORM pg_notify('django_workers', 'c:' || NEW.id);
         END IF;
         IF NEW.status IN ('COMPLETED', 'FAILED', 'CANCELLED') THEN
-            PERFORM pg_notify('django_workers', 'd:' || NEW.id);
+            PERFORM pg_notify('django_workers_done', 'd:' || NEW.id);
         END IF;
     END IF;
     RETURN NULL;

@@ -43,6 +43,8 @@ class RunHandle:
         self.store = store
         self.worker_id = worker_id
         self.token = CancelToken()
+        # Set by the run thread once the task returned (its end may not be written yet).
+        self.returned = False
         self.started = time.monotonic()
         self._progress = info.progress
         self._attempts = info.attempts

@@ -249,6 +249,7 @@ class WorkerRuntime:
             except BaseException:  # execute never raises; a worker thread must not die anyway
                 logger.exception("Unexpected error running %s", handle.task_id)
                 end = None
+            handle.returned = True
             self._ends.put((end, handle, True))
         _close_thread_connections()
 
@@ -387,7 +388,12 @@ class WorkerRuntime:
 
     def _deliver_cancels(self) -> None:
         with self._lock:
-            runs = {h.task_id: h.run_id for h in self._active.values() if not h.token.requested}
+            # A run that returned is only waiting for its end to be written: nothing to stop.
+            runs = {
+                h.task_id: h.run_id
+                for h in self._active.values()
+                if not h.token.requested and not h.returned
+            }
         if not runs:
             return
         for task_id, reason in self.store.runs_to_stop(self.worker_id, runs).items():

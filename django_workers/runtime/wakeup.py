@@ -1,8 +1,9 @@
 """Waking an idle runtime: PostgreSQL LISTEN/NOTIFY, or a short poll everywhere else.
 
 On PostgreSQL a trigger (migration 0002) sends NOTIFY on the ``django_workers``
-channel when a task becomes PENDING (``e:<queue>``), is cancelled while
-RUNNING (``c:<task id>``) or ends (``d:<task id>``). A listener thread holds
+channel when a task becomes PENDING (``e:<queue>``) or is cancelled while
+RUNNING (``c:<task id>``), and on ``django_workers_done`` when it ends
+(``d:<task id>``). A listener thread holds
 one extra connection and turns those into calls; it reconnects with backoff.
 """
 
@@ -17,7 +18,11 @@ from django.db import connections
 
 logger = logging.getLogger("django_workers.runtime")
 
+#: Work for workers: ``e:<queue>`` (tasks to claim) and ``c:<task id>`` (a cancel).
 CHANNEL = "django_workers"
+#: Ends for waiting handles: ``d:<task id>``. A channel of its own, so workers
+#: are not woken for every task that ends.
+DONE_CHANNEL = "django_workers_done"
 
 
 def listen_params(alias: str) -> dict[str, Any] | None:
@@ -34,8 +39,11 @@ def listen_params(alias: str) -> dict[str, Any] | None:
 class Listener:
     """A thread that LISTENs and calls ``on_notify(payload)`` for each notification."""
 
-    def __init__(self, params: dict[str, Any], on_notify: Callable[[str], None]) -> None:
+    def __init__(
+        self, params: dict[str, Any], on_notify: Callable[[str], None], channel: str = CHANNEL
+    ) -> None:
         self._params = params
+        self._channel = channel
         self._on_notify = on_notify
         self._stopped = threading.Event()
         self.ready = threading.Event()
@@ -58,7 +66,7 @@ class Listener:
         while not self._stopped.is_set():
             try:
                 with psycopg.connect(**self._params, autocommit=True) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
+                    conn.execute(f"LISTEN {self._channel}")
                     self.ready.set()
                     delay = 0.5
                     # A wake-up on reconnect: anything sent while we were away is polled for.
