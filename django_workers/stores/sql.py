@@ -16,8 +16,9 @@ decided in Python between a read and a write.
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -65,10 +66,15 @@ def _copy_row(record: Mapping[str, Any]) -> list[Any]:
     return values
 
 
+@functools.cache
+def _target(vendor: str, quote: Callable[[str], str]) -> tuple[str, str]:
+    """The quoted table and column list of an insert (built once per database vendor)."""
+    return quote(TaskRecord._meta.db_table), ", ".join(quote(c) for c in _COLUMNS)
+
+
 def insert_records(connection: BaseDatabaseWrapper, records: Sequence[Mapping[str, Any]]) -> None:
     """Insert fresh task rows (as built by ``rows.row_of``) in as few statements as possible."""
-    table = _q(connection, TaskRecord._meta.db_table)
-    columns = ", ".join(_q(connection, c) for c in _COLUMNS)
+    table, columns = _target(connection.vendor, connection.ops.quote_name)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql" and len(records) >= COPY_MIN_ROWS:
             with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
