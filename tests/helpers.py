@@ -118,12 +118,18 @@ CHILD_SETTINGS: dict[str, Any] = {
 
 
 def child_env() -> dict[str, str]:
-    """The environment that points a child process at this test session's database."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    """The environment of a ``runworkers`` child: this session's database, short leases."""
+    env = session_database_env()
     env["PYTHONUNBUFFERED"] = "1"
     env["WORKERS_TEST_SETTINGS"] = json.dumps(CHILD_SETTINGS)
     env.pop("DJANGO_SETTINGS_MODULE", None)
+    return env
+
+
+def session_database_env() -> dict[str, str]:
+    """This process's environment, pointed at this test session's database."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     name = str(connection.settings_dict["NAME"])
     if connection.vendor == "sqlite":
         env["WORKERS_SQLITE_PATH"] = name

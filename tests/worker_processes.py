@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from django.db import connection
+from tests.helpers import session_database_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,15 +35,8 @@ print(json.dumps({
 
 def process_env() -> dict[str, str]:
     """The environment a child needs to use this test session's database."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env = session_database_env()
     env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
-    name = str(connection.settings_dict["NAME"])
-    if connection.vendor == "sqlite":
-        env["WORKERS_SQLITE_PATH"] = name
-    else:
-        url = urlsplit(os.environ["DATABASE_URL"])
-        env["DATABASE_URL"] = urlunsplit(url._replace(path=f"/{name}"))
     return env
 
 
