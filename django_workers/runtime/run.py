@@ -67,13 +67,17 @@ class RunHandle:
         if pct < 100 and now - self._last_progress_write < workers_settings.PROGRESS_THROTTLE:
             return
         self._last_progress_write = now
-        self.store.try_transition(
+        self.write_while_running(progress=pct)
+
+    def write_while_running(self, **fields: Any) -> bool:
+        """Write state fields while the record is still this run's claim; False if it is not."""
+        return self.store.try_transition(
             self.task_id,
             self.run_id,
             [TaskStatus.RUNNING],
             TaskStatus.RUNNING,
             claimed_by=self.worker_id,
-            progress=pct,
+            **fields,
         )
 
     def request_cancel(self, reason: CancelReason) -> bool:
@@ -167,15 +171,7 @@ def _wait_to_retry(handle: RunHandle, failure: TaskFailure) -> bool:
     if handle.token.wait(delay):
         return False
     attempts = handle._attempts + 1
-    if not handle.store.try_transition(
-        handle.task_id,
-        handle.run_id,
-        [TaskStatus.RUNNING],
-        TaskStatus.RUNNING,
-        claimed_by=handle.worker_id,
-        attempts=attempts,
-        error=failure.to_json(),
-    ):
+    if not handle.write_while_running(attempts=attempts, error=failure.to_json()):
         return False
     handle._attempts = attempts
     return True
