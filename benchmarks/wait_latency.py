@@ -53,14 +53,17 @@ def stamp_end(delay: float) -> float:
 
 
 def bench_url(url: str, database: str) -> str:
-    """``url`` pointed at ``database``, which is created on the server if missing."""
+    """``url`` pointed at ``database``, dropped and created afresh on the server.
+
+    Afresh, so the schema (triggers included) is always the current migrations'.
+    """
     import psycopg
     from psycopg import sql
 
     with psycopg.connect(url, autocommit=True) as conn:
-        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database])
-        if found.fetchone() is None:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+        name = sql.Identifier(database)
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
     return urlunsplit(urlsplit(url)._replace(path=f"/{database}"))
 
 
