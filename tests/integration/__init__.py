@@ -1,0 +1,1 @@
+"""Real ``runworkers`` subprocesses on the test database."""

@@ -1,0 +1,1 @@
+"""Pure tests: no runtime threads, no worker processes (authority, bad input, checks)."""
