@@ -87,6 +87,3 @@ def queue_limits() -> dict[str, int]:
 def _reload_workers_settings(*, setting: str, **kwargs: Any) -> None:
     if setting == "DJANGO_WORKERS":
         workers_settings.reload()
-        from django_workers.stores import reset_default_store
-
-        reset_default_store()

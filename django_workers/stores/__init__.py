@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import threading
+from typing import Any
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from django_workers.conf import workers_settings
@@ -45,6 +48,13 @@ def reset_default_store() -> None:
     global _default
     with _default_lock:
         _default = None
+
+
+@receiver(setting_changed)
+def _reset_on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    # The default store is built from DJANGO_WORKERS, so override_settings must rebuild it.
+    if setting == "DJANGO_WORKERS":
+        reset_default_store()
 
 
 def _build_default() -> WorkerStore:
