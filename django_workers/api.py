@@ -19,7 +19,7 @@ from django.conf import settings
 from django.tasks import Task
 from django.utils import timezone
 
-from django_workers import clock
+from django_workers import clock, lifecycle
 from django_workers.authority import (
     SCOPES,
     Authority,
@@ -30,16 +30,15 @@ from django_workers.authority import (
     scoped_task_key,
     user_id_of,
 )
-from django_workers.cancellation import CancelReason, cancel_message
+from django_workers.cancellation import CancelReason
 from django_workers.exceptions import (
     AuthorizationError,
     InvalidTaskKey,
     InvalidTaskOptions,
     TaskAlreadyFinished,
-    TaskCancelled,
     TaskNotFound,
 )
-from django_workers.info import LIVE_STATUSES, TaskFailure, TaskInfo, TaskStatus
+from django_workers.info import TaskInfo, TaskStatus
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef, task_path, to_json
 from django_workers.stores import NewTask, Submitted, WorkerStore, default_store
@@ -337,25 +336,12 @@ def cancel_task(
             raise TaskAlreadyFinished(task_id, "superseded by a re-run")
         if info.is_finished:
             raise TaskAlreadyFinished(task_id, info.status)
-        if store.try_transition(
-            task_id, info.run_id, LIVE_STATUSES, TaskStatus.CANCELLED, **cancelled_fields()
-        ):
+        if store.end_tasks([lifecycle.cancel_end(info, clock.now())])[0]:
             if info.status == TaskStatus.RUNNING:
                 _deliver_cancel(store, info)
             return get_task_status(task_id, authority, store=store)
         # The record moved under us (it ended, or a re-run replaced it): look again.
     raise TaskAlreadyFinished(task_id, "changing too fast to cancel")
-
-
-def cancelled_fields(reason: CancelReason = CancelReason.USER) -> dict[str, Any]:
-    """State fields of a task ended CANCELLED for ``reason``."""
-    message = cancel_message(reason)
-    failure = TaskFailure(f"{TaskCancelled.__module__}.{TaskCancelled.__qualname__}", message)
-    return {
-        "cancel_reason": reason,
-        "finished_at": timezone.now(),
-        "error": failure.to_json(),
-    }
 
 
 def _deliver_cancel(store: WorkerStore, info: TaskInfo) -> None:

@@ -11,6 +11,12 @@ class DjangoWorkersConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # checks registers the system checks; backends installs the takes_context
-        # factory and the run observer that sends Django's task_started/finished.
-        from django_workers import backends, checks  # noqa: F401
+        # checks registers the system checks on import.
+        from django_workers import backends, checks, signals  # noqa: F401
+        from django_workers.runtime.invoke import set_context_factory
+
+        # Runs of records enqueued through django.tasks send Django's own task signals,
+        # and a takes_context task gets Django's TaskContext.
+        signals.run_started.connect(backends.send_task_started, dispatch_uid="workers-started")
+        signals.run_finished.connect(backends.send_task_finished, dispatch_uid="workers-finished")
+        set_context_factory(backends.context_of)

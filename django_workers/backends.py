@@ -37,10 +37,7 @@ from django_workers.exceptions import (
 )
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.references import resolve
-from django_workers.runtime.invoke import set_context_factory
-from django_workers.runtime.runtime import add_run_observer
 from django_workers.stores import default_store
-from django_workers.stores.base import RunEnd
 
 logger = logging.getLogger("django_workers.backends")
 
@@ -183,16 +180,21 @@ def _task_of(info: TaskInfo) -> Task:
 
 
 def _errors_of(info: TaskInfo) -> list[TaskError]:
-    failure = info.error
+    """Every failed attempt's error, oldest first, then how the run ended if it did not fail."""
+    failures = list(info.errors)
     if info.status == TaskStatus.CANCELLED:
-        message = failure.message if failure else cancel_message(info.cancel_reason)
-        failure = TaskFailure(_path(TaskCancelled), message)
-    if failure is None:
-        return []
+        message = info.error.message if info.error else cancel_message(info.cancel_reason)
+        failures.append(TaskFailure(_path(TaskCancelled), message))
+    elif info.error is not None and (not failures or failures[-1] != info.error):
+        failures.append(info.error)
+    return [_task_error(f) for f in failures]
+
+
+def _task_error(failure: TaskFailure) -> TaskError:
     # Ends the worker writes itself (cancel, timeout, worker lost) have no traceback;
     # give them the last line a traceback would have, so the message is not lost.
     text = failure.traceback or f"{failure.type}: {failure.message}\n"
-    return [TaskError(exception_class_path=failure.type, traceback=text)]
+    return TaskError(exception_class_path=failure.type, traceback=text)
 
 
 def _path(cls: type) -> str:
@@ -202,20 +204,21 @@ def _path(cls: type) -> str:
 # -- the worker side ------------------------------------------------------------------
 
 
-def _context_of(info: TaskInfo, task: Task) -> TaskContext:
+def context_of(info: TaskInfo, task: Task) -> TaskContext:
     """The first argument of a ``takes_context=True`` task: Django's TaskContext of this run."""
     return TaskContext(task_result=task_result_of(info))
 
 
-def _send_signals(event: str, info: TaskInfo, end: RunEnd | None) -> None:
-    """Send Django's task_started / task_finished for runs of records enqueued here."""
-    if info.backend is None:
-        return
-    sender = _backend_class(info.backend)
-    if event == "started":
-        task_started.send(sender, task_result=task_result_of(info))
-    elif event == "finished" and end is not None:
-        task_finished.send(sender, task_result=task_result_of(_ended(info, end)))
+def send_task_started(sender: object, *, info: TaskInfo, **kwargs: Any) -> None:
+    """``run_started`` receiver: Django's task_started, for records enqueued through a backend."""
+    if info.backend is not None:
+        task_started.send(_backend_class(info.backend), task_result=task_result_of(info))
+
+
+def send_task_finished(sender: object, *, info: TaskInfo, **kwargs: Any) -> None:
+    """``run_finished`` receiver: Django's task_finished, for records enqueued through a backend."""
+    if info.backend is not None:
+        task_finished.send(_backend_class(info.backend), task_result=task_result_of(info))
 
 
 def _backend_class(alias: str) -> type[BaseTaskBackend]:
@@ -223,19 +226,3 @@ def _backend_class(alias: str) -> type[BaseTaskBackend]:
         return type(task_backends[alias])
     except InvalidTaskBackend:
         return WorkersBackend
-
-
-def _ended(info: TaskInfo, end: RunEnd) -> TaskInfo:
-    return dataclasses.replace(
-        info,
-        status=end.status,
-        finished_at=end.finished_at,
-        result=end.result,
-        error=TaskFailure.from_json(end.error),
-        cancel_reason=end.cancel_reason,
-        progress=info.progress if end.progress is None else end.progress,
-    )
-
-
-set_context_factory(_context_of)
-add_run_observer(_send_signals)

@@ -1,4 +1,12 @@
-"""Timestamps that order submissions: strictly increasing within a process."""
+"""The time every record is stamped with: the database's clock, strictly increasing.
+
+Hosts' clocks drift apart; a lease compared across hosts must not. A runtime
+measures how far this host's clock is from the database server's (at start
+and on every heartbeat) and sets that offset here, so leases, heartbeats, the
+zombie sweep, ``started_at``/``finished_at`` and ``run_after`` comparisons all
+use the database's time. A process that never measured (a web process that
+only submits) uses its own clock.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +17,27 @@ from django.utils import timezone
 
 _lock = threading.Lock()
 _last: datetime | None = None
+_offset = timedelta(0)
 _TICK = timedelta(microseconds=1)
 
 
 def now() -> datetime:
-    """Return the current time, at least one microsecond after the previous call."""
+    """Return the database's current time, at least one microsecond after the previous call."""
     global _last
-    current = timezone.now()
+    current = timezone.now() + _offset
     with _lock:
         if _last is not None and current <= _last and current.tzinfo == _last.tzinfo:
             current = _last + _TICK
         _last = current
     return current
+
+
+def set_offset(offset: timedelta) -> None:
+    """Record how far the database's clock is ahead of this host's (negative: behind)."""
+    global _offset
+    _offset = offset
+
+
+def offset() -> timedelta:
+    """The offset last measured (zero until a runtime measured it)."""
+    return _offset

@@ -80,6 +80,8 @@ class TaskInfo:
     node: str | None = None
     # The django.tasks backend alias it was enqueued through; None for submit_task.
     backend: str | None = None
+    # Every failed attempt of this run (oldest first, the last few kept); ``error`` is the last.
+    errors: tuple[TaskFailure, ...] = ()
     # The live run's token; only snapshots made by the runtime inside a run carry one.
     _token: CancelToken | None = field(default=None, repr=False, compare=False)
 

@@ -60,6 +60,8 @@ class TaskRecord(models.Model):
     attempts = models.PositiveIntegerField(default=0)
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
+    # The failures of this run's attempts, oldest first (bounded); ``error`` is the last.
+    errors = models.JSONField(default=list, blank=True)
     cancel_reason = models.CharField(
         max_length=12,
         choices=[(r.value, r.value) for r in CancelReason],
@@ -133,6 +135,30 @@ class WorkerProcess(models.Model):
 
     def __str__(self) -> str:
         return f"{self.host}:{self.pid}"
+
+
+class HeldSlot(models.Model):
+    """A run whose record ended while its function still executes: it keeps its slot.
+
+    Written in the transaction that ends a RUNNING record from outside the run (a
+    cancel, a timeout); deleted by the run's worker once the function returns, or by
+    the zombie sweep when that worker is dead. Queue limits count these as running.
+    """
+
+    run_id = models.CharField(primary_key=True, max_length=32)
+    task_id = models.CharField(max_length=TASK_ID_MAX_LENGTH)
+    queue = models.CharField(max_length=100)
+    worker_id = models.CharField(max_length=64)
+    held_since = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        indexes = (
+            models.Index(fields=("queue",), name="workers_slot_queue"),
+            models.Index(fields=("worker_id",), name="workers_slot_worker"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.task_id} ({self.run_id}) holds a slot of {self.queue}"
 
 
 class QueueLock(models.Model):

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from django.db import connection, connections
 
+from django_workers import clock, lifecycle
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.runtime.runtime import WorkerRuntime
 from django_workers.stores import WorkerStore
@@ -49,6 +50,40 @@ def wait_for_status(
         raise AssertionError(
             f"{task_id} never reached {statuses}; now {store.get_task_info(task_id)}"
         ) from None
+
+
+def end_record(
+    store: WorkerStore,
+    task_id: str,
+    status: TaskStatus = TaskStatus.COMPLETED,
+    *,
+    finished_at: Any = None,
+    **fields: Any,
+) -> TaskInfo:
+    """End the current run of ``task_id`` through the real claim and end path; return it."""
+    info = store.get_task_info(task_id)
+    assert info is not None
+    when = finished_at or clock.now()
+    if status == TaskStatus.CANCELLED:
+        assert store.end_tasks([lifecycle.cancel_end(info, when)]) == [True]
+    else:
+        if info.status == TaskStatus.PENDING:
+            claimed = store.claim("w-end-record", [info.queue], 1000, clock.now())
+            others = [c for c in claimed if c.id != task_id]
+            store.end_tasks([lifecycle.release_end(c, "w-end-record") for c in others])
+            [info] = [c for c in claimed if c.id == task_id]
+        assert info.worker_id is not None
+        if not fields:
+            fields = (
+                {"result": {"answer": 42}}
+                if status == TaskStatus.COMPLETED
+                else {"error": {"type": "E", "message": "failed"}}
+            )
+        end = lifecycle.run_end(info, info.worker_id, status, when, **fields)
+        assert store.end_tasks([end]) == [True]
+    ended = store.get_task_info(task_id)
+    assert ended is not None
+    return ended
 
 
 class RuntimeThread:

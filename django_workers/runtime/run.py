@@ -2,7 +2,7 @@
 
 ``RunHandle`` is the live object behind ``current_run()``. ``execute`` calls
 the task, retries it with capped exponential backoff while the token allows,
-and returns the run's terminal write as a ``RunEnd``; it never raises, so a
+and returns the run's own end as a ``TaskEnd``; it never raises, so a
 misbehaving task cannot take its worker thread down.
 """
 
@@ -10,27 +10,27 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 import traceback
 from dataclasses import replace
 from typing import Any
 
-from django_workers import clock
-from django_workers.cancellation import CancelReason, CancelToken, cancel_message
+from django_workers import clock, lifecycle
+from django_workers.cancellation import CancelReason, CancelToken
 from django_workers.conf import workers_settings
-from django_workers.exceptions import (
-    ArgumentsNotSerializable,
-    ResultTooLarge,
-    TaskCancelled,
-    TaskTimeoutError,
-)
+from django_workers.exceptions import ArgumentsNotSerializable, ResultTooLarge, TaskCancelled
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus
+from django_workers.lifecycle import TaskEnd
 from django_workers.references import json_size, to_json
 from django_workers.runtime import invoke as invoking
 from django_workers.runtime.registry import bind_current, unbind_current
-from django_workers.stores.base import RunEnd, WorkerStore
+from django_workers.stores.base import WorkerStore
 
-logger = logging.getLogger("django_workers.runtime")
+logger = logging.getLogger(__name__)
+
+#: A claimed run's life in this process: queued for a thread, started, or given back.
+QUEUED, STARTED, RELEASED = "queued", "started", "released"
 
 
 class RunHandle:
@@ -48,7 +48,25 @@ class RunHandle:
         self.started = time.monotonic()
         self._progress = info.progress
         self._attempts = info.attempts
+        self._errors = [f.to_json() for f in info.errors]
         self._last_progress_write = 0.0
+        self._state = QUEUED
+        self._state_lock = threading.Lock()
+
+    def _move(self, to: str) -> bool:
+        with self._state_lock:
+            if self._state != QUEUED:
+                return False
+            self._state = to
+            return True
+
+    def try_start(self) -> bool:
+        """Claim the run for a run thread; False if a stop gave it back first."""
+        return self._move(STARTED)
+
+    def try_release(self) -> bool:
+        """Give a run that never started back to its queue; False if it has started."""
+        return self._move(RELEASED)
 
     def snapshot(self) -> TaskInfo:
         """The run as its task sees it now, carrying its token."""
@@ -56,6 +74,7 @@ class RunHandle:
             self.info,
             progress=self._progress,
             attempts=self._attempts,
+            errors=lifecycle.failures_of(self._errors),
             cancel_reason=self.token.reason,
             _token=self.token,
         )
@@ -84,39 +103,40 @@ class RunHandle:
         """Set the token's reason if none is set yet (first cause wins)."""
         return self.token._request(reason)
 
-    def end(self, status: TaskStatus, **fields: Any) -> RunEnd:
-        """The terminal write of this run."""
-        return RunEnd(
-            task_id=self.task_id,
-            run_id=self.run_id,
-            worker_id=self.worker_id,
-            status=status,
-            finished_at=clock.now(),
-            **fields,
-        )
+    def end(self, status: TaskStatus, **fields: Any) -> TaskEnd:
+        """This run's own end, once its function returned."""
+        return lifecycle.run_end(self.info, self.worker_id, status, clock.now(), **fields)
 
-    def cancelled_end(self, reason: CancelReason) -> RunEnd:
-        message = cancel_message(reason, self.info.options.timeout)
+    def failed_end(self, failure: TaskFailure) -> TaskEnd:
+        errors = lifecycle.with_failure(self._errors, failure)
+        return self.end(TaskStatus.FAILED, error=failure.to_json(), errors=errors)
+
+    def cancelled_end(self, reason: CancelReason) -> TaskEnd:
+        """The run's own end after it stopped for ``reason``."""
         if reason is CancelReason.TIMEOUT:
-            return self.timed_out_end()
+            timed_out = self.timed_out_end()
+            return self.end(
+                TaskStatus.FAILED,
+                cancel_reason=CancelReason.TIMEOUT,
+                error=timed_out.error,
+                errors=timed_out.errors,
+            )
         return self.end(
             TaskStatus.CANCELLED,
             cancel_reason=reason,
-            error=TaskFailure(_path(TaskCancelled), message).to_json(),
+            error=lifecycle.cancelled_error(reason),
         )
 
-    def timed_out_end(self) -> RunEnd:
-        """FAILED with TaskTimeoutError: what the watchdog writes when the deadline passes."""
-        message = cancel_message(CancelReason.TIMEOUT, self.info.options.timeout)
-        return self.end(
-            TaskStatus.FAILED,
-            cancel_reason=CancelReason.TIMEOUT,
-            error=TaskFailure(_path(TaskTimeoutError), message).to_json(),
-        )
+    def timed_out_end(self) -> TaskEnd:
+        """FAILED with TaskTimeoutError, written by the watchdog while the function runs."""
+        return lifecycle.timeout_end(self.info, self.worker_id, clock.now(), self._errors)
+
+    def release_end(self) -> TaskEnd:
+        return lifecycle.release_end(self.info, self.worker_id)
 
 
-def execute(handle: RunHandle) -> RunEnd | None:
-    """Run the task to its end (retries included); None if it lost its run on the way."""
+def execute(handle: RunHandle) -> TaskEnd:
+    """Run the task to its end (retries included) and return the run's own end."""
     bound = bind_current(handle)
     try:
         while True:
@@ -128,7 +148,7 @@ def execute(handle: RunHandle) -> RunEnd | None:
             except BaseException as e:  # a task may raise anything, SystemExit included
                 failure = failure_of(e)
                 if handle.token.requested or not _retries_left(handle):
-                    return handle.end(TaskStatus.FAILED, error=failure.to_json())
+                    return handle.failed_end(failure)
                 if not _wait_to_retry(handle, failure):
                     return _end_after_wait(handle)
                 continue
@@ -137,12 +157,12 @@ def execute(handle: RunHandle) -> RunEnd | None:
         unbind_current(bound)
 
 
-def _completed(handle: RunHandle, value: Any) -> RunEnd:
+def _completed(handle: RunHandle, value: Any) -> TaskEnd:
     try:
         result = to_json(value, "The task's return value")
         size = json_size(result)
     except ArgumentsNotSerializable as e:
-        return handle.end(TaskStatus.FAILED, error=failure_of(e).to_json())
+        return handle.failed_end(failure_of(e))
     limit = workers_settings.RESULT_MAX_BYTES
     if size > limit:
         error = ResultTooLarge(
@@ -150,7 +170,7 @@ def _completed(handle: RunHandle, value: Any) -> RunEnd:
             "(DJANGO_WORKERS['RESULT_MAX_BYTES']). Store large data elsewhere and return a "
             "reference to it."
         )
-        return handle.end(TaskStatus.FAILED, error=failure_of(error).to_json())
+        return handle.failed_end(failure_of(error))
     return handle.end(TaskStatus.COMPLETED, result=result, progress=100.0)
 
 
@@ -171,17 +191,22 @@ def _wait_to_retry(handle: RunHandle, failure: TaskFailure) -> bool:
     if handle.token.wait(delay):
         return False
     attempts = handle._attempts + 1
-    if not handle.write_while_running(attempts=attempts, error=failure.to_json()):
+    errors = lifecycle.with_failure(handle._errors, failure)
+    if not handle.write_while_running(attempts=attempts, error=failure.to_json(), errors=errors):
         return False
     handle._attempts = attempts
+    handle._errors = errors
     return True
 
 
-def _end_after_wait(handle: RunHandle) -> RunEnd | None:
-    """A backoff cut short: by the token (the run ends CANCELLED) or by a lost fence (None)."""
-    if handle.token.requested:
-        return handle.cancelled_end(handle.token.reason)
-    return None
+def _end_after_wait(handle: RunHandle) -> TaskEnd:
+    """A backoff cut short: by the token (the run ends CANCELLED) or by a lost fence.
+
+    A lost fence means the record moved on; the end written for it loses its fence
+    too, and so frees the slot the run may hold.
+    """
+    reason = handle.token.reason if handle.token.requested else CancelReason.SUPERSEDED
+    return handle.cancelled_end(reason)
 
 
 def backoff(options: Any, attempt: int) -> float:

@@ -1,18 +1,26 @@
-"""``WorkerRuntime``: what this process is doing right now (SPEC §2, §4.3-4.5).
+"""``WorkerRuntime``: what this process is doing right now.
 
 One runtime = one claim loop + ``concurrency`` run threads + a finisher that
 writes the ends of runs in groups + a watchdog for deadlines + a housekeeping
-thread (heartbeat, cancel delivery, zombie sweep, cleanup) + on PostgreSQL a
-LISTEN thread. The store only answers questions; everything that runs is here.
+thread (heartbeat, cancel delivery, zombie sweep, cleanup, liveness) + a
+reporter that logs and sends ``run_finished`` + on PostgreSQL a LISTEN thread.
+The store only answers questions; everything that runs is here.
+
+Nothing that can block (a log handler writing to a full pipe, a signal
+receiver) runs on the claim loop, the finisher or the housekeeper: they hand
+it to the reporter. The lease is renewed only while the claim loop and the
+finisher make progress, so a worker that is stuck is declared dead and its
+runs are recovered, instead of holding them forever behind a fresh heartbeat.
 
 Threads and their database connections: the claim loop, each run thread, the
-finisher and the housekeeper each keep one persistent connection (Django's
-are per thread); a connection is closed and reopened only after an error.
+finisher, the housekeeper and the reporter each keep one persistent
+connection (Django's are per thread); a connection is closed and reopened
+only after an error.
 """
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import logging
 import os
 import queue
@@ -23,46 +31,34 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.utils import timezone
 
-from django_workers import clock
-from django_workers.api import cancelled_fields
+from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
 from django_workers.conf import queue_limits, workers_settings
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus
+from django_workers.lifecycle import TaskEnd
 from django_workers.runtime.registry import live_runs
 from django_workers.runtime.run import RunHandle, execute
-from django_workers.runtime.wakeup import Listener, listen_params
+from django_workers.runtime.wakeup import Listener
 from django_workers.runtime.watchdog import Watchdog
+from django_workers.signals import run_finished, run_started
 from django_workers.stores import WorkerStore, default_store
-from django_workers.stores.base import RunEnd, WorkerRegistration
+from django_workers.stores.base import WorkerRegistration
 
-logger = logging.getLogger("django_workers.runtime")
+logger = logging.getLogger(__name__)
 
 #: Seconds between two polls for cancels of this process's runs (without NOTIFY).
 CANCEL_POLL = 0.5
 #: Most run ends written in one transaction.
 FINISH_BATCH = 200
-#: Exit codes of ``run()``.
-EXIT_OK, EXIT_DRAIN_TIMEOUT = 0, 3
+#: Exit codes of ``run()``: stopped cleanly; runs outlived the drain; liveness lost.
+EXIT_OK, EXIT_DRAIN_TIMEOUT, EXIT_STALLED = 0, 3, 4
 
-RunObserver = Callable[[str, TaskInfo, RunEnd | None], None]
-_observers: list[RunObserver] = []
-
-
-def add_run_observer(fn: RunObserver) -> None:
-    """Call ``fn(event, info, end)`` on "started" and "finished" (the django.tasks signals)."""
-    if fn not in _observers:
-        _observers.append(fn)
-
-
-def _notify_observers(event: str, info: TaskInfo, end: RunEnd | None) -> None:
-    for fn in list(_observers):
-        try:
-            fn(event, info, end)
-        except Exception:
-            logger.exception("Run observer %r failed on %s of %s", fn, event, info.id)
+_Item = tuple[TaskEnd, RunHandle, bool]
 
 
 class WorkerRuntime:
@@ -79,6 +75,7 @@ class WorkerRuntime:
         poll_interval: float | None = None,
         heartbeat_interval: float | None = None,
         lease_timeout: float | None = None,
+        owns_process: bool = False,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}.")
@@ -87,6 +84,9 @@ class WorkerRuntime:
         self.concurrency = concurrency
         self.recover_zombies = recover_zombies
         self.burst = burst
+        # True when this runtime is its process (runworkers): a stuck runtime then exits,
+        # and runs that outlive the drain die with the process.
+        self.owns_process = owns_process
         self.poll_interval = _or_setting(poll_interval, "POLL_INTERVAL")
         self.heartbeat_interval = _or_setting(heartbeat_interval, "HEARTBEAT_INTERVAL")
         self.lease_timeout = _or_setting(lease_timeout, "LEASE_TIMEOUT")
@@ -102,20 +102,27 @@ class WorkerRuntime:
         self.pid = os.getpid()
         self.worker_id = f"{self.host[:40]}:{self.pid}:{uuid.uuid4().hex[:8]}"
         self._active: dict[str, RunHandle] = {}
-        # Claimed runs whose end is not written yet: a slot frees only once the run's end
-        # is in the database, so RUNNING rows of this worker never exceed concurrency.
+        # Claimed runs whose function has not returned (or whose end is not written
+        # yet): a thread and a slot stay taken until then, whatever the record says.
         self._busy = 0
         self._lock = threading.Condition()
         self._wake = threading.Event()
         self._stopping = threading.Event()
+        self._closed = threading.Event()
         self._check_cancels = threading.Event()
         self._jobs: queue.SimpleQueue[RunHandle | None] = queue.SimpleQueue()
-        self._ends: queue.SimpleQueue[tuple[RunEnd | None, RunHandle, bool] | None] = (
-            queue.SimpleQueue()
-        )
+        self._ends: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._reports: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._threads: list[threading.Thread] = []
         self._watchdog = Watchdog(self._expire)
         self._listener: Listener | None = None
+        # Liveness: when the claim loop last went round, since when the finisher has been
+        # writing its current batch (None: idle), when the lease was last renewed.
+        self._claim_beat = time.monotonic()
+        self._finisher_since: float | None = None
+        self._renewed = time.monotonic()
+        #: Why this runtime stopped renewing its lease (a stuck part), or None.
+        self.stalled: str | None = None
         self.started = threading.Event()
 
     # -- public --
@@ -142,6 +149,8 @@ class WorkerRuntime:
             self._claim_loop()
         finally:
             settled = self.shutdown(drain_timeout)
+        if self.stalled:
+            return EXIT_STALLED
         return EXIT_OK if settled else EXIT_DRAIN_TIMEOUT
 
     # -- start-up --
@@ -159,24 +168,25 @@ class WorkerRuntime:
                 heartbeat_at=now,
             )
         )
+        self._renewed = time.monotonic()
 
     def _start(self) -> None:
+        self._sync_clock()
         self._register()
         if self.recover_zombies:
             self._sweep_zombies()
+        self._spawn(self._reporter_loop, "workers-reporter")
         self._spawn(self._finisher_loop, "workers-finisher")
         for n in range(self.concurrency):
             self._spawn(self._run_loop, f"workers-run-{n}")
         self._spawn(self._housekeeping_loop, "workers-housekeeping")
         self._watchdog.start()
-        params = listen_params(getattr(self.store, "using", "")) if self.store.durable else None
+        params = self.store.listen_params()
         if params is not None:
             self._listener = Listener(params, self._on_notify)
             self._listener.start()
             self._listener.ready.wait(5.0)
-        subscribe = getattr(self.store, "subscribe", None)
-        if subscribe is not None:
-            subscribe(self._wake.set)
+        self.store.subscribe(self._wake.set)
         self.started.set()
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
@@ -184,11 +194,23 @@ class WorkerRuntime:
         thread.start()
         self._threads.append(thread)
 
+    def _sync_clock(self) -> None:
+        """Stamp with the database's clock: measure how far this host's clock is from it."""
+        before = timezone.now()
+        database = self.store.database_now()
+        after = timezone.now()
+        if database is not None:
+            clock.set_offset(database - (before + (after - before) / 2))
+
     # -- claiming --
 
     def _claim_loop(self) -> None:
         errors = 0
         while not self._stopping.is_set():
+            self._claim_beat = time.monotonic()
+            if self._claim_beat - self._renewed > self.lease_timeout:
+                self._stall("the lease was not renewed")
+                break
             self._wake.clear()
             with self._lock:
                 free = self.concurrency - self._busy
@@ -206,7 +228,7 @@ class WorkerRuntime:
                 for info in claimed:
                     self._dispatch(info)
             if self.burst and not claimed and self._idle():
-                logger.info("Burst mode: nothing left to run; stopping.")
+                self._report(logger.info, "Burst mode: nothing left to run; stopping.")
                 break
             if len(claimed) < free or free <= 0:
                 self._wake.wait(self._idle_wait())
@@ -217,7 +239,9 @@ class WorkerRuntime:
 
     def _idle_wait(self) -> float:
         # With NOTIFY a poll is only the safety net for run_after and lost notifications.
-        return max(self.poll_interval, 1.0) if self.listening else self.poll_interval
+        wait = max(self.poll_interval, 1.0) if self.listening else self.poll_interval
+        # Short enough that an idle loop still proves it is alive well within the lease.
+        return min(wait, self.lease_timeout / 4)
 
     def _dispatch(self, info: TaskInfo) -> None:
         handle = RunHandle(info, self.store, self.worker_id)
@@ -231,45 +255,60 @@ class WorkerRuntime:
 
     def _after_db_error(self, what: str, error: Exception, errors: int) -> None:
         delay = min(0.1 * 2**errors, 10.0)
-        logger.warning("Database error during %s (%s); retrying in %.1f s", what, error, delay)
-        _reset_connection(self.store)
+        self._report(
+            logger.warning, "Database error during %s (%s); retrying in %.1f s", what, error, delay
+        )
+        self.store.reset_connection()
         self._stopping.wait(delay)
 
     # -- running --
 
     def _run_loop(self) -> None:
-        while True:
-            handle = self._jobs.get()
-            if handle is None:
-                break
-            _notify_observers("started", handle.info, None)
-            logger.debug("Task %s started (run %s)", handle.task_id, handle.run_id)
+        while (handle := self._jobs.get()) is not None:
+            if self._stopping.is_set() and handle.try_release():
+                self._give_back([handle])
+                continue
+            if not handle.try_start():
+                continue  # given back by the shutdown, which freed its slot
+            run_started.send_robust(type(self), info=handle.info)
             try:
                 end = execute(handle)
             except BaseException:  # execute never raises; a worker thread must not die anyway
                 logger.exception("Unexpected error running %s", handle.task_id)
-                end = None
+                end = handle.cancelled_end(CancelReason.SUPERSEDED)
             handle.returned = True
             self._ends.put((end, handle, True))
-        _close_thread_connections()
+        connections.close_all()
+
+    def _give_back(self, handles: list[RunHandle]) -> None:
+        """Put runs that never started back in their queue, their attempt not counted."""
+        if not handles:
+            return
+        try:
+            self.store.end_tasks([h.release_end() for h in handles])
+        except DatabaseError as e:
+            # The records stay RUNNING under this worker: the zombie sweep requeues them.
+            self._report(logger.warning, "Could not give back %d runs (%s)", len(handles), e)
+        for handle in handles:
+            self._release(handle)
 
     def _expire(self, handle: RunHandle) -> None:
         """The watchdog's call: the deadline passed; end the record FAILED, first cause wins."""
         with self._lock:
-            live = self._active.get(handle.run_id) is handle
+            live = self._active.get(handle.run_id) is handle and not handle.returned
         if live and handle.request_cancel(CancelReason.TIMEOUT):
-            logger.warning(
-                "Task %s timed out after %g s", handle.task_id, handle.info.options.timeout
+            self._report(
+                logger.warning,
+                "Task %s timed out after %g s",
+                handle.task_id,
+                handle.info.options.timeout,
             )
             self._ends.put((handle.timed_out_end(), handle, False))
 
     # -- finishing --
 
     def _finisher_loop(self) -> None:
-        while True:
-            first = self._ends.get()
-            if first is None:
-                break
+        while (first := self._ends.get()) is not None:
             batch = [first]
             while len(batch) < FINISH_BATCH:
                 try:
@@ -280,58 +319,83 @@ class WorkerRuntime:
                     self._ends.put(None)
                     break
                 batch.append(item)
-            self._write_ends(batch)
-        _close_thread_connections()
+            self._finisher_since = time.monotonic()
+            try:
+                self._write_ends(batch)
+            except Exception as e:  # never lose the finisher; the sweep recovers what it held
+                self._report(logger.error, "Could not record %d run ends: %r", len(batch), e)
+                for _end, handle, release in batch:
+                    if release:
+                        self._release(handle)
+            self._finisher_since = None
+        connections.close_all()
 
-    def _write_ends(self, batch: list[tuple[RunEnd | None, RunHandle, bool]]) -> None:
-        ends = [end for end, _h, _r in batch if end is not None]
-        won = self._finish_with_retry(ends) if ends else []
-        outcome = dict(zip((id(e) for e in ends), won, strict=True))
-        for end, handle, release in batch:
-            if end is not None:
-                self._log_end(handle, end, outcome[id(end)])
-                if outcome[id(end)]:
-                    _notify_observers("finished", handle.info, end)
-                elif handle.token.reason is CancelReason.USER:
-                    # cancel_task recorded this run's end before the run stopped: the
-                    # run still finished, as what the record says (django.tasks signals).
-                    stored = handle.cancelled_end(CancelReason.USER)
-                    _notify_observers("finished", handle.info, stored)
+    def _write_ends(self, batch: list[_Item]) -> None:
+        won = self._end_with_retry([end for end, _h, _r in batch])
+        for (_end, handle, release), _won in zip(batch, won, strict=True):
             if release:
                 self._release(handle)
+        # Logging and signal receivers can block: never on this thread.
+        self._report(self._after_ends, batch, won)
 
-    def _finish_with_retry(self, ends: list[RunEnd]) -> list[bool]:
+    def _end_with_retry(self, ends: list[TaskEnd]) -> list[bool]:
         errors = 0
         while True:
             try:
-                return self.store.finish_runs(ends)
+                return self.store.end_tasks(ends)
             except (OperationalError, InterfaceError) as e:
                 # A terminal state is never dropped: keep trying until the database answers.
                 errors += 1
                 delay = min(0.1 * 2**errors, 10.0)
-                logger.warning("Could not record %d run ends (%s); retrying", len(ends), e)
-                _reset_connection(self.store)
+                self._report(
+                    logger.warning, "Could not record %d run ends (%s); retrying", len(ends), e
+                )
+                self.store.reset_connection()
                 time.sleep(delay)
             except DatabaseError as e:
                 # The database refuses the data itself: retrying would block every other end.
-                return self._finish_one_by_one(ends, e)
+                return self._end_one_by_one(ends, e)
 
-    def _finish_one_by_one(self, ends: list[RunEnd], error: DatabaseError) -> list[bool]:
+    def _end_one_by_one(self, ends: list[TaskEnd], error: DatabaseError) -> list[bool]:
         if len(ends) > 1:
-            return [self._finish_with_retry([end])[0] for end in ends]
+            return [self._end_with_retry([end])[0] for end in ends]
         end = ends[0]
-        logger.error("The database refused the end of task %s: %s", end.task_id, error)
+        self._report(
+            logger.error, "The database refused the end of task %s: %s", end.task_id, error
+        )
         failure = TaskFailure(
             f"{type(error).__module__}.{type(error).__qualname__}",
             f"The task ended {end.status} but the database refused to store its outcome: "
             + str(error).replace("\x00", "\\x00")[:2000],
         )
-        fallback = replace(end, status=TaskStatus.FAILED, result=None, error=failure.to_json())
-        return self._finish_with_retry([fallback])
+        fallback = replace(
+            end, status=TaskStatus.FAILED, result=None, error=failure.to_json(), errors=None
+        )
+        return self._end_with_retry([fallback])
 
-    def _log_end(self, handle: RunHandle, end: RunEnd, won: bool) -> None:
+    def _after_ends(self, batch: list[_Item], won: list[bool]) -> None:
+        """On the reporter: log each end and tell receivers about the records that ended."""
+        for (end, handle, release), ok in zip(batch, won, strict=True):
+            self._log_end(handle, end, ok, release)
+            if ok:
+                run_finished.send_robust(type(self), info=lifecycle.ended_info(handle.info, end))
+            elif release and handle.token.reason is CancelReason.USER:
+                # cancel_task recorded this run's end before the run stopped: the run
+                # still finished, as what the record says.
+                stored = lifecycle.cancel_end(handle.info, end.finished_at or clock.now())
+                run_finished.send_robust(type(self), info=lifecycle.ended_info(handle.info, stored))
+
+    def _log_end(self, handle: RunHandle, end: TaskEnd, won: bool, returned: bool) -> None:
         took = time.monotonic() - handle.started
-        if not won:
+        if not won and returned and handle.token.requested:
+            logger.info(
+                "Task %s returned %.3f s after it was asked to stop (%s); its record already "
+                "shows that end",
+                handle.task_id,
+                took,
+                handle.token.reason,
+            )
+        elif not won:
             logger.info(
                 "Task %s run %s ended %s after %.3f s, but its record had moved on "
                 "(cancelled, timed out, superseded or recovered); nothing written",
@@ -341,8 +405,14 @@ class WorkerRuntime:
                 took,
             )
         elif end.status == TaskStatus.FAILED:
-            message = (end.error or {}).get("message", "")
-            logger.warning("Task %s failed after %.3f s: %s", handle.task_id, took, message)
+            error = end.error or {}
+            logger.warning(
+                "Task %s failed after %.3f s: %s: %s",
+                handle.task_id,
+                took,
+                error.get("type", ""),
+                error.get("message", ""),
+            )
         else:
             logger.info("Task %s %s in %.3f s", handle.task_id, end.status.lower(), took)
 
@@ -355,21 +425,36 @@ class WorkerRuntime:
             self._lock.notify_all()
         self._wake.set()
 
+    # -- reporting --
+
+    def _report(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the reporter thread (logging, signals: things that can block)."""
+        self._reports.put(functools.partial(fn, *args))
+
+    def _reporter_loop(self) -> None:
+        while (item := self._reports.get()) is not None:
+            try:
+                item()
+            except Exception:
+                logger.exception("Reporting failed; continuing")
+        connections.close_all()
+
     # -- housekeeping --
 
     def _housekeeping_loop(self) -> None:
         due = {"heartbeat": 0.0, "zombies": 0.0, "cleanup": 0.0, "cancels": 0.0}
-        while not self._stopping.is_set():
+        # Until the last run returned: the lease and cancel delivery cover the drain.
+        while not self._closed.is_set():
             now = time.monotonic()
             try:
                 self._housekeeping_tick(now, due)
             except DatabaseError as e:
-                logger.warning("Database error during housekeeping (%s)", e)
-                _reset_connection(self.store)
-            except Exception:
-                logger.exception("Housekeeping failed; continuing")
+                self._report(logger.warning, "Database error during housekeeping (%s)", e)
+                self.store.reset_connection()
+            except Exception as e:
+                self._report(logger.error, "Housekeeping failed (%r); continuing", e)
             self._check_cancels.wait(CANCEL_POLL)
-        _close_thread_connections()
+        connections.close_all()
 
     def _housekeeping_tick(self, now: float, due: dict[str, float]) -> None:
         if self._check_cancels.is_set() or now >= due["cancels"]:
@@ -379,6 +464,8 @@ class WorkerRuntime:
         if now >= due["heartbeat"]:
             due["heartbeat"] = now + self.heartbeat_interval
             self._heartbeat()
+        if self._stopping.is_set():
+            return
         if self.recover_zombies and now >= due["zombies"]:
             due["zombies"] = now + self.lease_timeout / 2
             self._sweep_zombies()
@@ -399,14 +486,69 @@ class WorkerRuntime:
         for task_id, reason in self.store.runs_to_stop(self.worker_id, runs).items():
             handle = self._active.get(runs[task_id])
             if handle is not None and handle.request_cancel(reason):
-                logger.info("Task %s asked to stop (%s)", task_id, reason)
+                self._report(logger.info, "Task %s asked to stop (%s)", task_id, reason)
 
     def _heartbeat(self) -> None:
-        if not self.store.heartbeat(self.worker_id, clock.now()):
-            logger.warning(
-                "Lease of %s was lost (declared dead); registering again", self.worker_id
-            )
-            self._register()
+        if self.stalled:
+            return  # a stuck runtime lets its lease lapse, so its runs are recovered
+        stuck = self._stuck_part()
+        if stuck is not None:
+            self._stall(stuck)
+            return
+        self._sync_clock()
+        if self.store.heartbeat(self.worker_id, clock.now()):
+            self._renewed = time.monotonic()
+            return
+        self._lease_lost()
+
+    def _stuck_part(self) -> str | None:
+        """The part of this runtime that made no progress for longer than the lease."""
+        now = time.monotonic()
+        if not self._stopping.is_set() and now - self._claim_beat > self.lease_timeout:
+            return "the claim loop"
+        since = self._finisher_since
+        if since is not None and now - since > self.lease_timeout:
+            return "the end writer"
+        return None
+
+    def _stall(self, part: str) -> None:
+        """Stop renewing the lease and stop; a process of its own exits (its runs with it)."""
+        if self.stalled:
+            return
+        self.stalled = part
+        self._report(
+            logger.error,
+            "%s of worker %s made no progress for more than %g s (the lease timeout); "
+            "no longer renewing its lease so its runs are recovered, and stopping",
+            part.capitalize(),
+            self.worker_id,
+            self.lease_timeout,
+        )
+        self.request_stop()
+        if self.owns_process:
+            self._spawn(self._exit_if_stuck, "workers-exit")
+
+    def _exit_if_stuck(self) -> None:
+        # A stuck part may never let run() return: give the shutdown a moment, then exit.
+        if not self._closed.wait(max(self.heartbeat_interval, 2.0)):
+            os._exit(EXIT_STALLED)
+
+    def _lease_lost(self) -> None:
+        """Another worker declared this one dead: its runs were recovered and may run again."""
+        with self._lock:
+            running = [h for h in self._active.values() if not h.returned]
+        for handle in running:
+            handle.request_cancel(CancelReason.SUPERSEDED)
+        if running and self.owns_process:
+            # Only an exit guarantees no function runs twice.
+            self._stall("the lease (declared dead by another worker)")
+            return
+        self._report(
+            logger.warning,
+            "Lease of %s was lost (declared dead); registering again",
+            self.worker_id,
+        )
+        self._register()
 
     def _sweep_zombies(self) -> None:
         dead = [
@@ -414,14 +556,25 @@ class WorkerRuntime:
             for w in self.store.list_workers()
             if w.host == self.host and w.id != self.worker_id and not _pid_alive(w.pid)
         ]
-        for found in self.store.recover_zombies(
+        recovered = self.store.recover_zombies(
             lease_timeout=self.lease_timeout, now=clock.now(), dead=dead
-        ):
-            logger.warning(
-                "Recovered task %s of a dead worker: now %s", found.task_id, found.status
-            )
-        if dead:
+        )
+        if recovered:
+            self._report(self._after_sweep, recovered)
+        if dead or recovered:
             self._wake.set()
+
+    def _after_sweep(self, recovered: list[TaskEnd]) -> None:
+        for end in recovered:
+            logger.warning(
+                "Recovered task %s of a dead worker: now %s",
+                end.task_id,
+                lifecycle.fields_of(end)["status"],
+            )
+            if end.is_terminal:
+                info = self.store.get_task_info(end.task_id)
+                if info is not None and info.run_id == end.run_id:
+                    run_finished.send_robust(type(self), info=info)
 
     def cleanup(self) -> int:
         """Delete finished records older than their retention, in bounded batches."""
@@ -437,7 +590,7 @@ class WorkerRuntime:
                 if n < batch:
                     break
         if deleted:
-            logger.info("Cleanup deleted %d finished tasks", deleted)
+            self._report(logger.info, "Cleanup deleted %d finished tasks", deleted)
         return deleted
 
     def _on_notify(self, payload: str) -> None:
@@ -452,60 +605,95 @@ class WorkerRuntime:
     def shutdown(self, drain_timeout: float = 30.0) -> bool:
         """Stop claiming, set ``shutdown`` on every run, wait up to ``drain_timeout``; exit.
 
-        Returns True if every run settled. A run still going at the deadline is
-        left RUNNING for the zombie sweep; the drain never writes its state.
+        Runs claimed but not started go back to their queue, their attempt not
+        counted. Returns True if every run settled. A run still going at the
+        deadline is left RUNNING; the drain never writes its state. Embedded in a
+        process that goes on, the runtime keeps its lease (and writes their ends)
+        until those runs return; a process of its own leaves them to the sweep.
         """
         self.request_stop()
         with self._lock:
             in_flight = list(self._active.values())
+        unstarted = [h for h in in_flight if h.try_release()]
         for handle in in_flight:
-            handle.request_cancel(CancelReason.SHUTDOWN)
-        if in_flight:
-            logger.info("Draining %d running tasks (up to %g s)", len(in_flight), drain_timeout)
-        deadline = time.monotonic() + drain_timeout
-        with self._lock:
-            while self._busy and (left := deadline - time.monotonic()) > 0:
-                self._lock.wait(left)
-            settled = not self._busy
+            if handle not in unstarted:
+                handle.request_cancel(CancelReason.SHUTDOWN)
+        self._give_back(unstarted)
+        running = len(in_flight) - len(unstarted)
+        if running:
+            self._report(
+                logger.info, "Draining %d running tasks (up to %g s)", running, drain_timeout
+            )
+        settled = self._wait_idle(0.0 if self.stalled else drain_timeout)
         if not settled:
-            logger.warning(
-                "%d tasks still running after %g s; leaving them to the zombie sweep",
+            self._report(
+                logger.warning,
+                "%d tasks still running after %g s; leaving them RUNNING",
                 self._busy,
                 drain_timeout,
             )
         if not self.store.durable:
             self._abandon_pending()
-        self._stop_threads(settled)
-        try:
-            self.store.remove_worker(self.worker_id)
-        except DatabaseError as e:
-            logger.warning("Could not remove the lease of %s (%s)", self.worker_id, e)
-        _close_thread_connections()
+        if settled or self.owns_process:
+            self._close(settled)
+        else:
+            self._spawn(self._close_when_idle, "workers-closer")
+        connections.close_all()
         return settled
 
-    def _abandon_pending(self) -> None:
-        """In-memory store: nothing will run what is queued, so record it cancelled."""
-        for info in self.store.list_tasks(user_id=None, status=TaskStatus.PENDING, limit=10**9):
-            if self.queues is None or info.queue in self.queues:
-                self.store.try_transition(
-                    info.id,
-                    info.run_id,
-                    [TaskStatus.PENDING],
-                    TaskStatus.CANCELLED,
-                    **cancelled_fields(CancelReason.SHUTDOWN),
-                )
+    def _wait_idle(self, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._lock:
+            while self._busy:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                self._lock.wait(left)
+            return not self._busy
 
-    def _stop_threads(self, settled: bool) -> None:
+    def _close_when_idle(self) -> None:
+        self._wait_idle(None)
+        self._close(True)
+        connections.close_all()
+
+    def _close(self, settled: bool) -> None:
+        """Stop the threads; remove the lease unless runs it covers are still going."""
         for _ in range(self.concurrency):
             self._jobs.put(None)
         self._ends.put(None)
         self._watchdog.stop()
         if self._listener is not None:
             self._listener.stop()
-        self._check_cancels.set()
         if settled:
             for thread in self._threads:
-                thread.join(timeout=5.0)
+                if thread.name.startswith(("workers-run", "workers-finisher")):
+                    thread.join(timeout=5.0)
+        self._closed.set()
+        self._check_cancels.set()
+        if settled:
+            try:
+                self.store.remove_worker(self.worker_id)
+            except DatabaseError as e:
+                self._report(
+                    logger.warning, "Could not remove the lease of %s (%s)", self.worker_id, e
+                )
+        self._reports.put(None)
+        if settled:
+            for thread in self._threads:
+                if thread.name == "workers-reporter":
+                    thread.join(timeout=5.0)
+
+    def _abandon_pending(self) -> None:
+        """In-memory store: nothing will run what is queued, so record it cancelled."""
+        now = clock.now()
+        pending = self.store.list_tasks(user_id=None, status=TaskStatus.PENDING, limit=10**9)
+        self.store.end_tasks(
+            [
+                lifecycle.abandon_end(info, now)
+                for info in pending
+                if self.queues is None or info.queue in self.queues
+            ]
+        )
 
 
 def _or_setting(value: float | None, name: str) -> float:
@@ -522,16 +710,4 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _reset_connection(store: WorkerStore) -> None:
-    alias = getattr(store, "using", None)
-    if alias is None:
-        return
-    with contextlib.suppress(DatabaseError):
-        connections[alias].close()
-
-
-def _close_thread_connections() -> None:
-    connections.close_all()
-
-
-__all__ = ["WorkerRuntime", "add_run_observer"]
+__all__ = ["EXIT_DRAIN_TIMEOUT", "EXIT_OK", "EXIT_STALLED", "WorkerRuntime"]

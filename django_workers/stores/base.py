@@ -21,6 +21,7 @@ from typing import Any, Final
 
 from django_workers.cancellation import CancelReason
 from django_workers.info import TaskInfo, TaskStatus
+from django_workers.lifecycle import TaskEnd
 
 QueueAuthorizer = Callable[[str, str], bool]
 WatchAuthorizer = Callable[[str, tuple[str, ...], str], bool]
@@ -45,6 +46,7 @@ STATE_FIELDS: Final = frozenset(
         "progress",
         "result",
         "error",
+        "errors",
         "cancel_reason",
         "attempts",
         "started_at",
@@ -90,21 +92,6 @@ class Submitted:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunEnd:
-    """The terminal write of one run, fenced on ``run_id``."""
-
-    task_id: str
-    run_id: str
-    worker_id: str
-    status: TaskStatus
-    finished_at: datetime
-    result: Any = None
-    error: dict[str, str] | None = None
-    cancel_reason: CancelReason = CancelReason.NONE
-    progress: float | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class WorkerRegistration:
     """The lease row of one runtime."""
 
@@ -115,15 +102,8 @@ class WorkerRegistration:
     concurrency: int
     started_at: datetime
     heartbeat_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
-class Recovered:
-    """A zombie run the sweep ended or put back in its queue."""
-
-    task_id: str
-    run_id: str
-    status: TaskStatus
+    #: Runs whose record ended while their function still executes (read by list_workers).
+    held_slots: int = 0
 
 
 @dataclass(slots=True)
@@ -220,15 +200,20 @@ class WorkerStore(abc.ABC):
         claimed_by: str | None = None,
         **fields: Any,
     ) -> bool:
-        """Move the task to ``to_state`` if it is in ``from_states`` and holds ``run_id``.
+        """Move the task to a live ``to_state`` if it is in ``from_states`` and holds ``run_id``.
 
         ``claimed_by`` also requires the record to name that worker: a run's own
         writes pass it, because a re-claim after a zombie sweep keeps the run_id.
+        A terminal ``to_state`` is refused (ValueError): every end goes through
+        ``end_tasks``.
         """
 
     @abc.abstractmethod
     def set_task_state(self, task_id: str, run_id: RunId, **fields: Any) -> bool:
-        """Write state fields (``STATE_FIELDS``) of the run ``run_id``; never watchers or run_id."""
+        """Write live state fields (``STATE_FIELDS``) of the run ``run_id``.
+
+        Never watchers or run_id, and never a terminal status (that is ``end_tasks``).
+        """
 
     # -- the runtime's questions --
 
@@ -249,15 +234,17 @@ class WorkerStore(abc.ABC):
         """
 
     @abc.abstractmethod
-    def finish_runs(self, ends: Sequence[RunEnd]) -> list[bool]:
-        """Write the terminal state of several runs in one transaction, each fenced on its run.
+    def end_tasks(self, ends: Sequence[TaskEnd]) -> list[bool]:
+        """Apply several ends in one transaction, each fenced on its run; return which won.
 
-        A run's end applies only while the record is RUNNING under that run_id
-        and worker (a cancel that already claimed it, a re-run, or a zombie
-        sweep wins instead).
-
-        Returns, per end, whether it won its fence. This transaction is where a
-        workflow promotes the dependents of a node that ended.
+        The one door through which a record ends (or, for a requeue or a released
+        claim, goes back to its queue): ``lifecycle`` says which statuses each kind
+        of end applies to and what it writes. An end applies only while the record
+        holds its ``run_id``, is in one of its statuses and, when the end names a
+        worker, names that worker. An end that leaves a running function behind
+        (a cancel or timeout of a RUNNING record) records a held slot for that run
+        in the same transaction; a run's own end that lost its fence releases the
+        slot its run held. This transaction is where a workflow reacts to an end.
         """
 
     @abc.abstractmethod
@@ -288,17 +275,32 @@ class WorkerStore(abc.ABC):
     @abc.abstractmethod
     def recover_zombies(
         self, *, lease_timeout: float, now: datetime, dead: Iterable[str] = ()
-    ) -> list[Recovered]:
-        """End or requeue the RUNNING runs of dead workers; never a live worker's.
+    ) -> list[TaskEnd]:
+        """End or requeue the RUNNING runs of dead workers through ``end_tasks``; never a live one.
 
-        Dead: a lease older than ``lease_timeout``, an id in ``dead`` (a same-host
-        pid that is gone), or no lease row at all. A run with retries left goes
-        back to PENDING, others end FAILED "Worker lost".
+        Dead: a lease older than ``lease_timeout`` at ``now`` (the database's
+        clock), an id in ``dead`` (a same-host pid that is gone), or no lease row
+        at all. A run with retries left goes back to PENDING, others end FAILED
+        "Worker lost"; the slots dead workers held are freed. Returns the ends that won.
         """
 
     @abc.abstractmethod
     def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
         """Delete up to ``batch`` records of ``status`` that finished before ``before``."""
+
+    def database_now(self) -> datetime | None:
+        """The database server's current time; None where it is this process's clock."""
+        return None
+
+    def subscribe(self, wake: Callable[[], None]) -> None:  # noqa: B027
+        """Have ``wake()`` called on enqueue in this process (stores without NOTIFY)."""
+
+    def listen_params(self) -> dict[str, Any] | None:
+        """Connection parameters for a LISTEN/NOTIFY wake-up; None where there is none."""
+        return None
+
+    def reset_connection(self) -> None:  # noqa: B027
+        """Drop this thread's connection after an error, so the next call reconnects."""
 
     def notify_enqueued(self, queues: Iterable[str]) -> None:  # noqa: B027
         """Tell idle workers that these queues have new work (a no-op without LISTEN/NOTIFY)."""

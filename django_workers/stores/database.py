@@ -7,26 +7,34 @@ when claiming). No transaction here ever spans user code.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
-from django.db.models import DateTimeField, F, Q, Value
+from django.db import DatabaseError, IntegrityError, connections, transaction
+from django.db.models import Count, DateTimeField, F, Q, Value
 from django.db.models.functions import Greatest
+from django.utils import timezone
 
-from django_workers import clock
+from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
 from django_workers.conf import workers_settings
 from django_workers.info import LIVE_STATUSES, TaskInfo, TaskStatus
-from django_workers.models import QueueLock, TaskRecord, TaskWatcher, WorkerProcess, record_fields
+from django_workers.lifecycle import EndKind, TaskEnd
+from django_workers.models import (
+    HeldSlot,
+    QueueLock,
+    TaskRecord,
+    TaskWatcher,
+    WorkerProcess,
+    record_fields,
+)
 from django_workers.stores import rows, sql
 from django_workers.stores.base import (
     ANY_RUN,
     NewTask,
-    Recovered,
-    RunEnd,
     RunId,
     Submitted,
     WorkerRegistration,
@@ -63,6 +71,12 @@ class DatabaseWorkerStore(WorkerStore):
 
     def _atomic(self) -> Any:
         return transaction.atomic(using=self.using)
+
+    def _slots(self) -> Any:
+        return HeldSlot.objects.using(self.using)
+
+    def _workers(self) -> Any:
+        return WorkerProcess.objects.using(self.using)
 
     # -- submitting --
 
@@ -202,7 +216,7 @@ class DatabaseWorkerStore(WorkerStore):
         claimed_by: str | None = None,
         **fields: Any,
     ) -> bool:
-        rows.check_state_fields(fields, transition=True)
+        rows.check_state_fields(fields, transition=True, to_state=to_state)
         qs = self._fenced(task_id, run_id).filter(status__in=list(from_states))
         if claimed_by is not None:
             qs = qs.filter(worker_id=claimed_by)
@@ -281,46 +295,80 @@ class DatabaseWorkerStore(WorkerStore):
         running = (
             self._records()
             .filter(status=TaskStatus.RUNNING, queue__in=limited)
+            .order_by()
             .values_list("queue", flat=True)
         )
+        # One statement, so a cancel committing between two counts cannot hide a run:
+        # a function whose record ended still holds its slot until it returns.
+        held = self._slots().filter(queue__in=limited).order_by().values_list("queue", flat=True)
         free = {q: queue_limits[q] for q in limited}
-        for q in running:
+        for q in running.union(held, all=True).order_by():
             free[q] -= 1
         return free
 
-    def finish_runs(self, ends: Sequence[RunEnd]) -> list[bool]:
-        if self.vendor == "postgresql":
-            return self._finish_postgres(ends)
-        with self._atomic():
-            won = [
-                self._records()
-                .filter(
-                    pk=end.task_id,
-                    run_id=end.run_id,
-                    worker_id=end.worker_id,
-                    status=TaskStatus.RUNNING,
-                )
-                .update(**rows.end_fields(end))
-                == 1
-                for end in ends
-            ]
-            # Extension point: workflow promotion of the dependents of the runs that
-            # won belongs here, inside this same transaction (SPEC §6).
+    def end_tasks(self, ends: Sequence[TaskEnd]) -> list[bool]:
+        if not ends:
+            return []
+        if self.vendor == "postgresql" and all(e.kind is EndKind.RUN for e in ends):
+            return self._end_runs_postgres(ends)
+        # A lone end that touches no slot is one conditional UPDATE: atomic by itself.
+        alone = len(ends) == 1 and not ends[0].holds_slot and ends[0].kind is not EndKind.RUN
+        # Extension point: a workflow reacts to the ends that won, in this transaction.
+        with nullcontext() if alone else self._atomic():
+            won = [self._end(end) for end in ends]
+            self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
             return won
 
-    def _finish_postgres(self, ends: Sequence[RunEnd]) -> list[bool]:
+    def _end(self, end: TaskEnd) -> bool:
+        fenced = self._fenced(end.task_id, end.run_id).filter(status__in=list(end.from_statuses))
+        if end.worker_id is not None:
+            fenced = fenced.filter(worker_id=end.worker_id)
+        fields = lifecycle.fields_of(end)
+        if delta := lifecycle.attempts_delta(end):
+            fields["attempts"] = F("attempts") + delta
+        if end.holds_slot:
+            # Locked until commit, so the status read here is the one the update sees.
+            row = fenced.select_for_update().values("status", "queue", "worker_id").first()
+            if row is None:
+                return False
+            if row["status"] == TaskStatus.RUNNING:
+                self._slots().bulk_create(
+                    [
+                        HeldSlot(
+                            run_id=end.run_id,
+                            task_id=end.task_id,
+                            queue=row["queue"],
+                            worker_id=row["worker_id"],
+                            held_since=clock.now(),
+                        )
+                    ],
+                    ignore_conflicts=True,
+                )
+            fenced = fenced.filter(status=row["status"])
+        return fenced.update(**fields) == 1
+
+    def _release_slots(self, lost: Sequence[TaskEnd]) -> None:
+        """A run's own end that lost its fence: its function returned, so its slot frees."""
+        runs = [e.run_id for e in lost if e.kind is EndKind.RUN]
+        if runs:
+            workers = {e.worker_id for e in lost if e.kind is EndKind.RUN}
+            self._slots().filter(run_id__in=runs, worker_id__in=workers).delete()
+
+    def _end_runs_postgres(self, ends: Sequence[TaskEnd]) -> list[bool]:
         # One statement per group; a task id twice in a group (a timeout's end and the
         # run's own) goes to a later statement, so each row is written at most once each.
         won: dict[int, bool] = {}
         groups = _distinct_task_groups(ends)
         # One statement is atomic by itself; a transaction is opened only when it is not
-        # alone. Extension point: workflow promotion joins this transaction (always open it).
+        # alone. Extension point: a workflow's reaction joins this transaction (always open it).
         with self._atomic() if len(groups) > 1 else nullcontext():
             for group in groups:
                 winners = sql.finish_postgres(connections[self.using], [e for _, e in group])
                 for n, end in group:
                     won[n] = (end.task_id, end.run_id) in winners
-        return [won[n] for n in range(len(ends))]
+        outcome = [won[n] for n in range(len(ends))]
+        self._release_slots([e for e, ok in zip(ends, outcome, strict=True) if not ok])
+        return outcome
 
     def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
         if not runs:
@@ -338,7 +386,7 @@ class DatabaseWorkerStore(WorkerStore):
         }
 
     def register_worker(self, worker: WorkerRegistration) -> None:
-        WorkerProcess.objects.using(self.using).update_or_create(
+        self._workers().update_or_create(
             id=worker.id,
             defaults={
                 "host": worker.host,
@@ -351,13 +399,18 @@ class DatabaseWorkerStore(WorkerStore):
         )
 
     def heartbeat(self, worker_id: str, now: datetime) -> bool:
-        workers = WorkerProcess.objects.using(self.using)
-        return workers.filter(pk=worker_id).update(heartbeat_at=now) == 1
+        return self._workers().filter(pk=worker_id).update(heartbeat_at=now) == 1
 
     def remove_worker(self, worker_id: str) -> None:
-        WorkerProcess.objects.using(self.using).filter(pk=worker_id).delete()
+        self._workers().filter(pk=worker_id).delete()
 
     def list_workers(self) -> list[WorkerRegistration]:
+        held = dict(
+            self._slots()
+            .values("worker_id")
+            .annotate(n=Count("run_id"))
+            .values_list("worker_id", "n")
+        )
         return [
             WorkerRegistration(
                 id=w.id,
@@ -367,35 +420,49 @@ class DatabaseWorkerStore(WorkerStore):
                 concurrency=w.concurrency,
                 started_at=w.started_at,
                 heartbeat_at=w.heartbeat_at,
+                held_slots=held.get(w.id, 0),
             )
-            for w in WorkerProcess.objects.using(self.using).order_by("started_at")
+            for w in self._workers().order_by("started_at")
         ]
 
     def recover_zombies(
         self, *, lease_timeout: float, now: datetime, dead: Iterable[str] = ()
-    ) -> list[Recovered]:
+    ) -> list[TaskEnd]:
         cutoff = now - timedelta(seconds=lease_timeout)
-        workers = WorkerProcess.objects.using(self.using)
-        recovered = []
         with self._atomic():
-            workers.filter(Q(heartbeat_at__lt=cutoff) | Q(pk__in=list(dead))).delete()
+            self._workers().filter(Q(heartbeat_at__lt=cutoff) | Q(pk__in=list(dead))).delete()
+            live = self._workers().values("id")
+            self._slots().exclude(worker_id__in=live).delete()
             zombies = (
                 self._records()
                 .filter(status=TaskStatus.RUNNING)
-                .exclude(worker_id__in=workers.values("id"))
-                .values("id", "run_id", "worker_id", "attempts", "options")
+                .exclude(worker_id__in=live)
+                .values("id", "run_id", "worker_id", "queue", "attempts", "options", "errors")
             )
-            for row in zombies:
-                fields = rows.zombie_fields(row, now)
-                fenced = self._records().filter(
-                    pk=row["id"],
-                    run_id=row["run_id"],
-                    worker_id=row["worker_id"],
-                    status=TaskStatus.RUNNING,
-                )
-                if fenced.update(**fields) == 1:
-                    recovered.append(Recovered(row["id"], row["run_id"], fields["status"]))
-        return recovered
+            ends = [lifecycle.zombie_end(row, now) for row in zombies]
+            won = self.end_tasks(ends)
+        return [end for end, ok in zip(ends, won, strict=True) if ok]
+
+    def database_now(self) -> datetime | None:
+        connection = connections[self.using]
+        query = _NOW_SQL.get(connection.vendor)
+        if query is None:
+            return None  # SQLite: the database's clock is this process's clock
+        with connection.cursor() as cursor:
+            cursor.execute(query)
+            value = cursor.fetchone()[0]
+        if timezone.is_naive(value):
+            value = timezone.make_aware(value, timezone.utc)
+        return value
+
+    def listen_params(self) -> dict[str, Any] | None:
+        from django_workers.runtime.wakeup import listen_params
+
+        return listen_params(self.using)
+
+    def reset_connection(self) -> None:
+        with contextlib.suppress(DatabaseError):
+            connections[self.using].close()
 
     def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
         doomed = self._records().filter(status=status, finished_at__lt=before)
@@ -407,13 +474,20 @@ class DatabaseWorkerStore(WorkerStore):
             return self._records().filter(pk__in=ids, status=status)._raw_delete(self.using)
 
 
+#: The database server's clock, per vendor (UTC); SQLite has none but this process's.
+_NOW_SQL = {
+    "postgresql": "SELECT statement_timestamp()",
+    "mysql": "SELECT UTC_TIMESTAMP(6)",
+}
+
+
 class _Collision(Exception):
     """A bulk submit met an existing id; fall back to one submit per task."""
 
 
-def _distinct_task_groups(ends: Sequence[RunEnd]) -> list[list[tuple[int, RunEnd]]]:
+def _distinct_task_groups(ends: Sequence[TaskEnd]) -> list[list[tuple[int, TaskEnd]]]:
     """Split ends so no group names a task twice (a timeout's end and the run's own)."""
-    groups: list[list[tuple[int, RunEnd]]] = []
+    groups: list[list[tuple[int, TaskEnd]]] = []
     for n, end in enumerate(ends):
         for group in groups:
             if all(other.task_id != end.task_id for _, other in group):

@@ -14,14 +14,14 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from django_workers import lifecycle
 from django_workers.cancellation import CancelReason
 from django_workers.info import LIVE_STATUSES, TaskInfo, TaskStatus
+from django_workers.lifecycle import EndKind, TaskEnd
 from django_workers.stores import rows
 from django_workers.stores.base import (
     ANY_RUN,
     NewTask,
-    Recovered,
-    RunEnd,
     RunId,
     Submitted,
     WorkerRegistration,
@@ -40,6 +40,8 @@ class InMemoryWorkerStore(WorkerStore):
         self._rows: dict[str, dict[str, Any]] = {}
         self._grants: dict[str, list[str]] = {}
         self._workers: dict[str, WorkerRegistration] = {}
+        # Held slots: run id -> (queue, worker id) of a function that outlived its record.
+        self._held: dict[str, tuple[str, str]] = {}
         self._listeners: list[Callable[[], None]] = []
 
     # -- submitting --
@@ -135,7 +137,7 @@ class InMemoryWorkerStore(WorkerStore):
         claimed_by: str | None = None,
         **fields: Any,
     ) -> bool:
-        rows.check_state_fields(fields, transition=True)
+        rows.check_state_fields(fields, transition=True, to_state=to_state)
         with self._lock:
             row = self._rows.get(task_id)
             if row is None or row["status"] not in set(from_states):
@@ -197,26 +199,37 @@ class InMemoryWorkerStore(WorkerStore):
 
     def _free_slots(self, queue_limits: Mapping[str, int]) -> dict[str, int]:
         free = dict(queue_limits)
-        for row in self._rows.values():
-            if row["status"] == TaskStatus.RUNNING and row["queue"] in free:
-                free[row["queue"]] -= 1
+        running = [r["queue"] for r in self._rows.values() if r["status"] == TaskStatus.RUNNING]
+        for queue in running + [queue for queue, _worker in self._held.values()]:
+            if queue in free:
+                free[queue] -= 1
         return free
 
-    def finish_runs(self, ends: Sequence[RunEnd]) -> list[bool]:
+    def end_tasks(self, ends: Sequence[TaskEnd]) -> list[bool]:
         with self._lock:
-            return [self._finish(end) for end in ends]
+            return [self._end(end) for end in ends]
 
-    def _finish(self, end: RunEnd) -> bool:
+    def _end(self, end: TaskEnd) -> bool:
         row = self._rows.get(end.task_id)
         if (
             row is None
-            or row["status"] != TaskStatus.RUNNING
+            or row["status"] not in end.from_statuses
             or row["run_id"] != end.run_id
-            or row["worker_id"] != end.worker_id
+            or (end.worker_id is not None and row["worker_id"] != end.worker_id)
         ):
+            if end.kind is EndKind.RUN:
+                self._release_slot(end)
             return False
-        row.update(rows.end_fields(end))
+        if end.holds_slot and row["status"] == TaskStatus.RUNNING:
+            self._held.setdefault(end.run_id, (row["queue"], row["worker_id"]))
+        row.update(lifecycle.fields_of(end))
+        row["attempts"] += lifecycle.attempts_delta(end)
         return True
+
+    def _release_slot(self, end: TaskEnd) -> None:
+        held = self._held.get(end.run_id)
+        if held is not None and held[1] == end.worker_id:
+            del self._held[end.run_id]
 
     def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
         with self._lock:
@@ -244,11 +257,15 @@ class InMemoryWorkerStore(WorkerStore):
 
     def list_workers(self) -> list[WorkerRegistration]:
         with self._lock:
-            return sorted(self._workers.values(), key=lambda w: w.started_at)
+            held = [worker for _queue, worker in self._held.values()]
+            return [
+                replace(w, held_slots=held.count(w.id))
+                for w in sorted(self._workers.values(), key=lambda w: w.started_at)
+            ]
 
     def recover_zombies(
         self, *, lease_timeout: float, now: datetime, dead: Iterable[str] = ()
-    ) -> list[Recovered]:
+    ) -> list[TaskEnd]:
         cutoff = now - timedelta(seconds=lease_timeout)
         with self._lock:
             for worker_id in set(dead):
@@ -256,13 +273,16 @@ class InMemoryWorkerStore(WorkerStore):
             for worker in list(self._workers.values()):
                 if worker.heartbeat_at < cutoff:
                     del self._workers[worker.id]
-            recovered = []
-            for row in self._rows.values():
-                if row["status"] == TaskStatus.RUNNING and row["worker_id"] not in self._workers:
-                    fields = rows.zombie_fields(row, now)
-                    row.update(fields)
-                    recovered.append(Recovered(row["id"], row["run_id"], fields["status"]))
-            return recovered
+            for run_id, (_queue, worker_id) in list(self._held.items()):
+                if worker_id not in self._workers:
+                    del self._held[run_id]
+            ends = [
+                lifecycle.zombie_end(row, now)
+                for row in self._rows.values()
+                if row["status"] == TaskStatus.RUNNING and row["worker_id"] not in self._workers
+            ]
+            won = self.end_tasks(ends)
+            return [end for end, ok in zip(ends, won, strict=True) if ok]
 
     def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
         with self._lock:
@@ -279,7 +299,6 @@ class InMemoryWorkerStore(WorkerStore):
             return len(doomed)
 
     def subscribe(self, wake: Callable[[], None]) -> None:
-        """Have ``wake()`` called when tasks are enqueued (the in-process runtime's NOTIFY)."""
         with self._lock:
             self._listeners.append(wake)
 
@@ -294,3 +313,4 @@ class InMemoryWorkerStore(WorkerStore):
             self._rows.clear()
             self._grants.clear()
             self._workers.clear()
+            self._held.clear()

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
 from typing import Any
 
 from django_workers.authority import owner_of
 from django_workers.cancellation import CancelReason
-from django_workers.exceptions import AuthorizationError, WorkerLost
-from django_workers.info import TaskFailure, TaskInfo, TaskStatus
+from django_workers.exceptions import AuthorizationError
+from django_workers.info import TERMINAL_STATUSES, TaskFailure, TaskInfo, TaskStatus
+from django_workers.lifecycle import failures_of
 from django_workers.options import TaskOptions
-from django_workers.stores.base import STATE_FIELDS, NewTask, RunEnd, WatchAuthorizer
+from django_workers.stores.base import STATE_FIELDS, NewTask, WatchAuthorizer
 
 
 def row_of(new: NewTask) -> dict[str, Any]:
@@ -33,6 +33,7 @@ def row_of(new: NewTask) -> dict[str, Any]:
         "attempts": 0,
         "result": None,
         "error": None,
+        "errors": [],
         "cancel_reason": CancelReason.NONE,
         "run_id": new.run_id,
         "worker_id": None,
@@ -65,6 +66,7 @@ def info_of(row: Mapping[str, Any], watchers: Iterable[str]) -> TaskInfo:
         attempts=row["attempts"],
         result=row["result"],
         error=TaskFailure.from_json(row["error"]),
+        errors=failures_of(row["errors"]),
         cancel_reason=CancelReason(row["cancel_reason"]),
         run_id=row["run_id"],
         worker_id=row["worker_id"],
@@ -109,10 +111,17 @@ def authorize_join(
         )
 
 
-def check_state_fields(fields: Mapping[str, Any], *, transition: bool = False) -> None:
-    """Refuse a state write that names identity fields or unknown columns."""
+def check_state_fields(
+    fields: Mapping[str, Any], *, transition: bool = False, to_state: object = None
+) -> None:
+    """Refuse a state write that names identity fields, unknown columns or an end."""
     if transition and "status" in fields:
         raise ValueError("try_transition takes the new status as to_state, not as a state field.")
+    if to_state in TERMINAL_STATUSES or fields.get("status") in TERMINAL_STATUSES:
+        raise ValueError(
+            "A record ends only through the store's end_tasks (see django_workers.lifecycle); "
+            "try_transition and set_task_state write live states."
+        )
     extra = set(fields) - STATE_FIELDS
     if extra:
         raise ValueError(
@@ -120,20 +129,6 @@ def check_state_fields(fields: Mapping[str, Any], *, transition: bool = False) -
             f"fields (allowed: {sorted(STATE_FIELDS)}). Watchers and run_id change only "
             "through add_watcher and replace_task."
         )
-
-
-def end_fields(end: RunEnd) -> dict[str, Any]:
-    """Column values of a run's terminal write."""
-    fields: dict[str, Any] = {
-        "status": end.status,
-        "finished_at": end.finished_at,
-        "result": end.result,
-        "error": end.error,
-        "cancel_reason": end.cancel_reason,
-    }
-    if end.progress is not None:
-        fields["progress"] = end.progress
-    return fields
 
 
 def stop_reason(row: Mapping[str, Any] | None, worker_id: str, run_id: str) -> CancelReason | None:
@@ -146,20 +141,3 @@ def stop_reason(row: Mapping[str, Any] | None, worker_id: str, run_id: str) -> C
     if row["status"] != TaskStatus.RUNNING or row["worker_id"] != worker_id:
         return CancelReason.SUPERSEDED
     return None
-
-
-def zombie_fields(row: Mapping[str, Any], now: datetime) -> dict[str, Any]:
-    """What the sweep writes over a dead worker's run: back to PENDING, or FAILED."""
-    retries = TaskOptions.from_json(row["options"]).retries
-    if row["attempts"] <= retries:
-        return {"status": TaskStatus.PENDING, "worker_id": None, "started_at": None}
-    failure = TaskFailure(
-        f"{WorkerLost.__module__}.{WorkerLost.__qualname__}",
-        "Worker lost: its worker stopped heartbeating while the task ran.",
-    )
-    return {
-        "status": TaskStatus.FAILED,
-        "finished_at": now,
-        "error": failure.to_json(),
-        "cancel_reason": CancelReason.NONE,
-    }

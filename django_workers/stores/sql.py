@@ -25,11 +25,10 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_workers.info import TaskStatus
+from django_workers.lifecycle import TaskEnd, fields_of
 from django_workers.models import TaskRecord, TaskWatcher
-from django_workers.stores.base import RunEnd
-from django_workers.stores.rows import end_fields
 
-JSON_COLUMNS = frozenset({"args", "kwargs", "options", "result", "error"})
+JSON_COLUMNS = frozenset({"args", "kwargs", "options", "result", "error", "errors"})
 DATETIME_COLUMNS = frozenset({"run_after", "created_at", "started_at", "finished_at"})
 #: Below this many rows a plain INSERT beats setting up a COPY.
 COPY_MIN_ROWS = 50
@@ -149,16 +148,17 @@ def claim_postgres(
 
 
 def finish_postgres(
-    connection: BaseDatabaseWrapper, ends: Sequence[RunEnd]
+    connection: BaseDatabaseWrapper, ends: Sequence[TaskEnd]
 ) -> set[tuple[str, str]]:
-    """Write run ends in one statement; return the (task id, run id) pairs that won."""
+    """Write runs' own ends in one statement; return the (task id, run id) pairs that won."""
     if not ends:
         return set()
     table = TaskRecord._meta.db_table
-    row_sql = "(%s, %s, %s, %s, %s::timestamptz, %s::jsonb, %s::jsonb, %s, %s::float8)"
+    row_sql = "(%s, %s, %s, %s, %s::timestamptz, %s::jsonb, %s::jsonb, %s::jsonb, %s, %s::float8)"
     params: list[Any] = []
     for end in ends:
-        fields = end_fields(end)
+        fields = fields_of(end)
+        errors = fields.get("errors")
         params += [
             end.task_id,
             end.run_id,
@@ -167,16 +167,18 @@ def finish_postgres(
             fields["finished_at"],
             None if fields["result"] is None else json.dumps(fields["result"]),
             None if fields["error"] is None else json.dumps(fields["error"]),
+            None if errors is None else json.dumps(errors),
             str(fields["cancel_reason"]),
             fields.get("progress"),
         ]
     sql = f"""
         UPDATE {table} AS t
         SET status = v.status, finished_at = v.finished_at, result = v.result,
-            error = v.error, cancel_reason = v.cancel_reason,
-            progress = COALESCE(v.progress, t.progress)
+            error = v.error, errors = COALESCE(v.errors, t.errors),
+            cancel_reason = v.cancel_reason, progress = COALESCE(v.progress, t.progress)
         FROM (VALUES {", ".join([row_sql] * len(ends))})
-            AS v(id, run_id, worker_id, status, finished_at, result, error, cancel_reason, progress)
+            AS v(id, run_id, worker_id, status, finished_at, result, error, errors,
+                 cancel_reason, progress)
         WHERE t.id = v.id AND t.run_id = v.run_id AND t.worker_id = v.worker_id
             AND t.status = %s
         RETURNING t.id, t.run_id

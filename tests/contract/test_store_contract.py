@@ -22,8 +22,10 @@ from django_workers import (
     TaskStatus,
     TaskSubmission,
     cancel_task,
+    clock,
     get_all_tasks,
     get_task_status,
+    lifecycle,
     set_queue_authorizer,
     set_watch_authorizer,
     submit_task,
@@ -32,8 +34,8 @@ from django_workers import (
 )
 from django_workers.info import LIVE_STATUSES, TERMINAL_STATUSES, TaskInfo
 from django_workers.stores import ANY_RUN, Submitted, WorkerStore
-from django_workers.stores.base import RunEnd
 from tests.factories import NewTaskFactory
+from tests.helpers import end_record
 from tests.tasks import add, django_add
 
 ALICE, BOB, CAROL, SVC = Owner("alice"), Owner("bob"), Owner("carol"), Owner("svc")
@@ -41,13 +43,8 @@ ALL_STATUSES = list(TaskStatus)
 
 
 def finish(store: WorkerStore, task_id: str, status: TaskStatus = TaskStatus.COMPLETED) -> None:
-    """End the current run of ``task_id`` with ``status``."""
-    info = store.get_task_info(task_id)
-    assert info is not None
-    fields: dict[str, Any] = {"finished_at": timezone.now()}
-    if status == TaskStatus.COMPLETED:
-        fields["result"] = {"answer": 42}
-    assert store.try_transition(task_id, info.run_id, LIVE_STATUSES, status, **fields)
+    """End the current run of ``task_id`` with ``status``, through the real claim and end path."""
+    end_record(store, task_id, status)
 
 
 def claim_one(store: WorkerStore, task_id: str, worker_id: str = "w1") -> TaskInfo:
@@ -305,11 +302,25 @@ def test_try_transition_moves_a_record_of_the_named_run(store: WorkerStore) -> N
     store.submit(new, "alice")
     assert store.try_transition(new.id, new.run_id, [TaskStatus.PENDING], TaskStatus.RUNNING)
     assert store.try_transition(
-        new.id, new.run_id, [TaskStatus.RUNNING], TaskStatus.FAILED, error={"type": "E"}
+        new.id, new.run_id, [TaskStatus.RUNNING], TaskStatus.RUNNING, progress=5.0
     )
     info = store.get_task_info(new.id)
     assert info is not None
-    assert (info.status, info.error.type) == ("FAILED", "E")  # type: ignore[union-attr]
+    assert (info.status, info.progress) == ("RUNNING", 5.0)
+
+
+@pytest.mark.parametrize("status", sorted(TERMINAL_STATUSES))
+def test_try_transition_and_set_task_state_cannot_end_a_record(
+    store: WorkerStore, status: TaskStatus
+) -> None:
+    new = NewTaskFactory()
+    store.submit(new, "alice")
+    before = identity(store.get_task_info(new.id))
+    with pytest.raises(ValueError, match="end_tasks"):
+        store.try_transition(new.id, new.run_id, [TaskStatus.PENDING], status)
+    with pytest.raises(ValueError, match="end_tasks"):
+        store.set_task_state(new.id, new.run_id, status=status)
+    assert identity(store.get_task_info(new.id)) == before
 
 
 def test_try_transition_refuses_a_superseded_run(store: WorkerStore) -> None:
@@ -321,9 +332,9 @@ def test_try_transition_refuses_a_superseded_run(store: WorkerStore) -> None:
     before = identity(store.get_task_info(first.id))
     # The late terminal write of the first run loses its fence, whatever state it names.
     assert not store.try_transition(
-        first.id, first.run_id, ALL_STATUSES, TaskStatus.COMPLETED, result="late"
+        first.id, first.run_id, ALL_STATUSES, TaskStatus.RUNNING, result="late"
     )
-    assert not store.try_transition(first.id, "not-a-run", ALL_STATUSES, TaskStatus.COMPLETED)
+    assert not store.try_transition(first.id, "not-a-run", ALL_STATUSES, TaskStatus.RUNNING)
     assert identity(store.get_task_info(first.id)) == before
 
 
@@ -331,26 +342,26 @@ def test_try_transition_refuses_a_wrong_from_state(store: WorkerStore) -> None:
     new = NewTaskFactory()
     store.submit(new, "alice")
     wrong = [s for s in ALL_STATUSES if s != TaskStatus.PENDING]
-    assert not store.try_transition(new.id, new.run_id, wrong, TaskStatus.COMPLETED)
-    assert not store.try_transition(new.id, ANY_RUN, wrong, TaskStatus.COMPLETED)
+    assert not store.try_transition(new.id, new.run_id, wrong, TaskStatus.RUNNING)
+    assert not store.try_transition(new.id, ANY_RUN, wrong, TaskStatus.RUNNING)
     assert store.get_task_info(new.id).status == "PENDING"  # type: ignore[union-attr]
 
 
 def test_try_transition_any_run_is_the_named_opt_out(store: WorkerStore) -> None:
     new = NewTaskFactory()
     store.submit(new, "alice")
-    assert store.try_transition(new.id, ANY_RUN, [TaskStatus.PENDING], TaskStatus.CANCELLED)
+    assert store.try_transition(new.id, ANY_RUN, [TaskStatus.PENDING], TaskStatus.RUNNING)
     info = store.get_task_info(new.id)
     assert info is not None
-    assert (info.status, info.run_id) == ("CANCELLED", new.run_id)
+    assert (info.status, info.run_id) == ("RUNNING", new.run_id)
 
 
 def test_try_transition_of_a_missing_task_is_false(store: WorkerStore) -> None:
-    assert not store.try_transition("nope", ANY_RUN, ALL_STATUSES, TaskStatus.CANCELLED)
+    assert not store.try_transition("nope", ANY_RUN, ALL_STATUSES, TaskStatus.RUNNING)
 
 
 @pytest.mark.parametrize(
-    "fields", [{"watchers": ["bob"]}, {"status": "FAILED"}, {"owner": "bob"}, {"colour": "red"}]
+    "fields", [{"watchers": ["bob"]}, {"status": "RUNNING"}, {"owner": "bob"}, {"colour": "red"}]
 )
 def test_try_transition_refuses_non_state_fields(store: WorkerStore, fields: dict) -> None:
     new = NewTaskFactory()
@@ -397,11 +408,11 @@ def test_set_task_state_writes_state_of_the_named_run_only(store: WorkerStore) -
     assert not store.set_task_state(new.id, "other-run", progress=10.0)
     assert not store.set_task_state("nope", ANY_RUN, progress=10.0)
     assert store.get_task_info(new.id).progress == 0.0  # type: ignore[union-attr]
-    assert store.set_task_state(new.id, new.run_id, status=TaskStatus.COMPLETED, result=[1])
+    assert store.set_task_state(new.id, new.run_id, status=TaskStatus.WAITING, result=[1])
     assert store.set_task_state(new.id, ANY_RUN, progress=100.0)
     info = store.get_task_info(new.id)
     assert info is not None
-    assert (info.status, info.result, info.progress) == ("COMPLETED", [1], 100.0)
+    assert (info.status, info.result, info.progress) == ("WAITING", [1], 100.0)
     assert (info.run_id, info.watchers) == (new.run_id, ("alice", "svc"))
 
 
@@ -558,15 +569,8 @@ def test_cancel_of_a_running_task_claims_its_record(store: WorkerStore) -> None:
         CancelReason.USER,
         running.run_id,
     )
-    end = RunEnd(
-        task_id=task_id,
-        run_id=running.run_id,
-        worker_id="w1",
-        status=TaskStatus.COMPLETED,
-        finished_at=timezone.now(),
-        result=3,
-    )
-    assert store.finish_runs([end]) == [False]
+    end = lifecycle.run_end(running, "w1", TaskStatus.COMPLETED, clock.now(), result=3)
+    assert store.end_tasks([end]) == [False]
     assert get_task_status(task_id, ALICE, store=store).status == "CANCELLED"
 
 
@@ -624,14 +628,7 @@ def test_a_late_finish_of_a_superseded_run_changes_nothing(store: WorkerStore) -
     cancel_task(task_id, ALICE, store=store)
     submit_task("k", add, ALICE, args=[3, 4], store=store)
     new = claim_one(store, task_id)  # the same worker runs the re-run
-    late = RunEnd(
-        task_id=task_id,
-        run_id=old.run_id,
-        worker_id="w1",
-        status=TaskStatus.COMPLETED,
-        finished_at=timezone.now(),
-        result="late",
-    )
-    assert store.finish_runs([late]) == [False]
+    late = lifecycle.run_end(old, "w1", TaskStatus.COMPLETED, clock.now(), result="late")
+    assert store.end_tasks([late]) == [False]
     info = get_task_status(task_id, ALICE, store=store)
     assert identity(info) == (new.run_id, ("alice",), "RUNNING", [3, 4], None)

@@ -20,11 +20,12 @@ from django_workers import (
     TaskAlreadyFinished,
     TaskStatus,
     cancel_task,
+    clock,
     get_task_status,
+    lifecycle,
     submit_task,
 )
 from django_workers.stores import Submitted, WorkerStore
-from django_workers.stores.base import RunEnd
 from tests.factories import NewTaskFactory
 from tests.tasks import add
 
@@ -98,14 +99,7 @@ def _cancel_or_finish(store: WorkerStore, task_id: str) -> tuple[bool, bool]:
     """Race cancel_task against the terminal write of the running run; who won each side."""
     [running] = store.claim("w1", None, 1, timezone.now())
     assert running.id == task_id
-    end = RunEnd(
-        task_id=task_id,
-        run_id=running.run_id,
-        worker_id="w1",
-        status=TaskStatus.COMPLETED,
-        finished_at=timezone.now(),
-        result=3,
-    )
+    end = lifecycle.run_end(running, "w1", TaskStatus.COMPLETED, clock.now(), result=3)
 
     def cancel() -> bool:
         try:
@@ -117,7 +111,7 @@ def _cancel_or_finish(store: WorkerStore, task_id: str) -> tuple[bool, bool]:
     def finish() -> bool:
         # The worker's own read first, so neither side starts with a head start.
         store.get_task_info(task_id)
-        [won] = store.finish_runs([end])
+        [won] = store.end_tasks([end])
         return won
 
     cancelled, finished = run_together(2, lambda i: cancel() if i == 0 else finish())

@@ -27,17 +27,24 @@ from django_workers import (
     cancel_task,
     clock,
     current_run,
+    lifecycle,
     submit_task,
 )
-from django_workers.api import cancelled_fields
-from django_workers.info import LIVE_STATUSES, TaskInfo
+from django_workers.info import TaskInfo
 from django_workers.runtime.run import RunHandle, backoff
 from django_workers.runtime.runtime import EXIT_DRAIN_TIMEOUT, EXIT_OK, WorkerRuntime
 from django_workers.stores import WorkerStore
 from django_workers.stores.base import WorkerRegistration
 from django_workers.stores.memory import InMemoryWorkerStore
 from tests import tasks
-from tests.helpers import RuntimeThread, runtime_threads, start_runtime, wait_for_status, wait_until
+from tests.helpers import (
+    RuntimeThread,
+    end_record,
+    runtime_threads,
+    start_runtime,
+    wait_for_status,
+    wait_until,
+)
 
 COMPLETED, FAILED, CANCELLED = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED
 RUNNING, PENDING = TaskStatus.RUNNING, TaskStatus.PENDING
@@ -288,9 +295,7 @@ def test_a_cancel_written_by_another_process_reaches_the_run(
     task_id = submit(tx_store, "wait", tasks.wait_for_cancel_marked, args=[str(marker)])
     running = wait_for_status(tx_store, task_id, RUNNING)
     # What cancel_task does in another process: claim the record, with no live run to poke.
-    assert tx_store.try_transition(
-        task_id, running.run_id, [RUNNING], CANCELLED, **cancelled_fields()
-    )
+    assert tx_store.end_tasks([lifecycle.cancel_end(running, clock.now())]) == [True]
     wait_until(marker.exists, timeout=5.0)  # the poll (every 0.5 s) delivered it
     assert marker.read_text() == "user"
     wait_until(idle(served))
@@ -355,24 +360,44 @@ def test_shutdown_cancels_a_cooperating_run(tx_store: WorkerStore, runtimes: Sta
     assert served.runtime.worker_id not in {w.id for w in tx_store.list_workers()}
 
 
-def test_a_run_that_outlives_the_drain_is_left_running_for_the_sweep(
+def test_a_run_that_outlives_the_drain_of_a_worker_process_is_left_for_the_sweep(
     tx_store: WorkerStore, runtimes: Start, name: str
 ) -> None:
-    served = runtimes(tx_store, drain_timeout=0.2)
+    served = runtimes(
+        tx_store, drain_timeout=0.2, owns_process=True, lease_timeout=1.0, heartbeat_interval=0.1
+    )
     task_id = submit(tx_store, "ignores", tasks.held, args=[name])
     wait_until(lambda: tasks.calls[name] == 1)
     assert served.stop() == EXIT_DRAIN_TIMEOUT
     left = info_of(tx_store, task_id)
     assert (left.status, left.finished_at, left.error) == (RUNNING, None, None)
-    # The run ends after the drain gave up on it: nothing records its end.
+    # The process would exit now, its run with it: nothing records the run's end.
     tasks.gate(name).set()
     wait_until(lambda: not runtime_threads())
     assert info_of(tx_store, task_id).status == RUNNING
-    # The next worker's sweep recovers it.
-    runtimes(tx_store)
+    # Its lease lapses, and the next worker's sweep recovers the run.
+    runtimes(tx_store, lease_timeout=1.0, heartbeat_interval=0.1)
     info = wait_for_status(tx_store, task_id, FAILED)
     assert error_of(info)[0] == "django_workers.exceptions.WorkerLost"
     assert error_of(info)[1].startswith("Worker lost")
+
+
+def test_an_embedded_runtime_keeps_its_lease_until_a_run_past_the_drain_returns(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    served = runtimes(tx_store, drain_timeout=0.2, lease_timeout=1.0, heartbeat_interval=0.1)
+    worker_id = served.runtime.worker_id
+    task_id = submit(tx_store, "ignores", tasks.held, args=[name])
+    wait_until(lambda: tasks.calls[name] == 1)
+    assert served.stop() == EXIT_DRAIN_TIMEOUT
+    # The process goes on, and so does the run: its lease stays fresh, so no sweep takes it.
+    first = next(w for w in tx_store.list_workers() if w.id == worker_id)
+    wait_until(lambda: any(w.heartbeat_at > first.heartbeat_at for w in tx_store.list_workers()))
+    assert info_of(tx_store, task_id).status == RUNNING
+    tasks.gate(name).set()
+    # Its end is written when it returns (it returned normally: COMPLETED); then the lease goes.
+    assert wait_for_status(tx_store, task_id, COMPLETED).result == "released"
+    wait_until(lambda: worker_id not in {w.id for w in tx_store.list_workers()})
 
 
 def test_shutdown_leaves_what_never_started_to_the_store(
@@ -644,9 +669,8 @@ def test_the_runtime_heartbeats_and_takes_back_a_lost_lease(
 
 def finished(store: WorkerStore, key: str, status: TaskStatus, days_ago: float) -> str:
     task_id = submit(store, key, tasks.add, args=[1, 1])
-    run_id = info_of(store, task_id).run_id
     when = clock.now() - timedelta(days=days_ago)
-    assert store.try_transition(task_id, run_id, LIVE_STATUSES, status, finished_at=when)
+    end_record(store, task_id, status, finished_at=when)
     return task_id
 
 

@@ -140,6 +140,7 @@ def build_runtime(options: dict[str, Any], store: Any = None) -> WorkerRuntime:
         recover_zombies=not options["no_recover_zombies"],
         burst=options["burst"],
         poll_interval=options["poll_interval"],
+        owns_process=True,
     )
 
 
