@@ -42,7 +42,7 @@ from django_workers.runtime.runtime import add_run_observer
 from django_workers.stores import default_store
 from django_workers.stores.base import RunEnd
 
-logger = logging.getLogger("django_workers.backends")
+logger = logging.getLogger(__name__)
 
 #: The key of a record's options that holds the alias it was enqueued through.
 BACKEND_OPTION = "backend"

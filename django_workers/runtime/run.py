@@ -30,7 +30,7 @@ from django_workers.runtime import invoke as invoking
 from django_workers.runtime.registry import bind_current, unbind_current
 from django_workers.stores.base import RunEnd, WorkerStore
 
-logger = logging.getLogger("django_workers.runtime")
+logger = logging.getLogger(__name__)
 
 
 class RunHandle:

@@ -38,7 +38,7 @@ from django_workers.runtime.watchdog import Watchdog
 from django_workers.stores import WorkerStore, default_store
 from django_workers.stores.base import RunEnd, WorkerRegistration
 
-logger = logging.getLogger("django_workers.runtime")
+logger = logging.getLogger(__name__)
 
 #: Seconds between two polls for cancels of this process's runs (without NOTIFY).
 CANCEL_POLL = 0.5

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import connections
 
-logger = logging.getLogger("django_workers.runtime")
+logger = logging.getLogger(__name__)
 
 #: Work for workers: ``e:<queue>`` (tasks to claim) and ``c:<task id>`` (a cancel).
 CHANNEL = "django_workers"
