@@ -149,7 +149,11 @@ class TaskHandle:
         loop = asyncio.get_running_loop()
         woken = asyncio.Event()
         ends = _task_ends(self._store)
-        with _watching(ends, self.id, lambda: loop.call_soon_threadsafe(woken.set)):
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(woken.set)
+
+        with _watching(ends, self.id, wake):
             pause = POLL_FIRST
             while True:
                 woken.clear()
