@@ -13,8 +13,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 
 from django.apps import apps
 from django.core.checks import CheckMessage, Error
@@ -39,7 +39,7 @@ from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.references import resolve
 from django_workers.stores import default_store
 
-logger = logging.getLogger("django_workers.backends")
+logger = logging.getLogger(__name__)
 
 #: The key of a record's options that holds the alias it was enqueued through.
 BACKEND_OPTION = "backend"
@@ -85,7 +85,8 @@ class WorkersBackend(BaseTaskBackend):
         """Write a global-scope record for ``task`` and return its READY TaskResult."""
         self.validate_task(task)
         # Refuse what Django's TaskResult would refuse, before anything is written.
-        args, kwargs = normalize_json(args), normalize_json(kwargs)
+        args = cast(list[Any], normalize_json(args))
+        kwargs = cast(dict[str, Any], normalize_json(kwargs))
         spec = TaskSubmission(
             key=uuid.uuid4().hex, task=task, args=args, kwargs=kwargs, scope="global"
         )
@@ -96,7 +97,7 @@ class WorkersBackend(BaseTaskBackend):
             raise InvalidTask(str(e)) from e
         new = dataclasses.replace(new, options={**new.options, BACKEND_OPTION: self.alias})
         write_tasks([new], System(), store)
-        result = TaskResult(
+        result: TaskResult = TaskResult(
             task=task,
             id=new.id,
             status=TaskResultStatus.READY,
@@ -125,19 +126,22 @@ class WorkersBackend(BaseTaskBackend):
             raise TaskResultDoesNotExist(result_id)
         return task_result_of(info)
 
-    def check(self, **kwargs: Any) -> Iterator[CheckMessage]:
-        if not apps.is_installed("django_workers"):
-            yield Error(
+    def check(self, **kwargs: Any) -> list[CheckMessage]:
+        if apps.is_installed("django_workers"):
+            return []
+        return [
+            Error(
                 f"TASKS[{self.alias!r}] uses WorkersBackend, but django_workers is not installed.",
                 hint="Add 'django_workers' to INSTALLED_APPS and run migrate.",
                 id="django_workers.E010",
             )
+        ]
 
 
 def task_result_of(info: TaskInfo) -> TaskResult:
     """Django's view of a task record (or of a live run's snapshot)."""
     task = _task_of(info)
-    result = TaskResult(
+    result: TaskResult = TaskResult(
         task=task,
         id=info.id,
         status=STATUSES[info.status],

@@ -32,7 +32,7 @@ from django_workers.exceptions import RemoteTaskError, TaskCancelled
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef
-from django_workers.runtime.wakeup import DONE_CHANNEL, Listener, listen_params
+from django_workers.runtime.wakeup import DONE_CHANNEL, ENDED, Listener, listen_params, parse_notice
 from django_workers.stores import WorkerStore, default_store
 
 #: Polling without NOTIFY: the first pause, doubled up to the last, in seconds.
@@ -149,7 +149,11 @@ class TaskHandle:
         loop = asyncio.get_running_loop()
         woken = asyncio.Event()
         ends = _task_ends(self._store)
-        with _watching(ends, self.id, lambda: loop.call_soon_threadsafe(woken.set)):
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(woken.set)
+
+        with _watching(ends, self.id, wake):
             pause = POLL_FIRST
             while True:
                 woken.clear()
@@ -273,11 +277,11 @@ class _TaskEnds:
         self._listener.join(5.0)
 
     def _on_notify(self, payload: str) -> None:
-        kind, _, task_id = payload.partition(":")
+        notice = parse_notice(payload)
         with self._lock:
-            if kind == "d":
-                wakes = list(self._waiters.get(task_id, ()))
-            elif payload == "e:*":
+            if notice.kind == ENDED:
+                wakes = list(self._waiters.get(notice.value, ()))
+            elif notice.reconnected:
                 # The listener (re)connected: an end sent while it was away was missed,
                 # so every waiter reads its row again, now that LISTEN is in place.
                 wakes = [wake for group in self._waiters.values() for wake in group]

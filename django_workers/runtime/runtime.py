@@ -43,7 +43,7 @@ from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 from django_workers.runtime.registry import live_runs
 from django_workers.runtime.run import RunHandle, execute
-from django_workers.runtime.wakeup import Listener
+from django_workers.runtime.wakeup import CANCELLED, Listener, parse_notice
 from django_workers.runtime.watchdog import Watchdog
 from django_workers.signals import run_finished, run_started
 from django_workers.stores import WorkerStore, default_store
@@ -594,10 +594,10 @@ class WorkerRuntime:
         return deleted
 
     def _on_notify(self, payload: str) -> None:
-        kind, _, rest = payload.partition(":")
-        if kind == "e" and (rest == "*" or self.queues is None or rest in self.queues):
+        notice = parse_notice(payload)
+        if notice.is_work_for(self.queues):
             self._wake.set()
-        elif kind == "c":
+        elif notice.kind == CANCELLED:
             self._check_cancels.set()
 
     # -- shutdown --

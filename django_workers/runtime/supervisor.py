@@ -15,7 +15,7 @@ import signal
 import time
 from typing import Any
 
-logger = logging.getLogger("django_workers.runtime")
+logger = logging.getLogger(__name__)
 
 #: Seconds a supervisor waits before restarting a child that died.
 RESTART_DELAY = 1.0

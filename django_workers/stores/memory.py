@@ -180,7 +180,7 @@ class InMemoryWorkerStore(WorkerStore):
                 ),
                 key=lambda r: (-r["priority"], r["created_at"], r["id"]),
             )
-            claimed = []
+            claimed: list[TaskInfo] = []
             for row in ready:
                 if len(claimed) >= limit:
                     break

@@ -20,7 +20,7 @@ import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
@@ -36,7 +36,8 @@ COPY_MIN_ROWS = 50
 INSERT_CHUNK = 400
 
 _FIELDS = [f.attname for f in TaskRecord._meta.concrete_fields]
-_COLUMNS = [f.column for f in TaskRecord._meta.concrete_fields]
+# A concrete field is one with a column, so none of these is None.
+_COLUMNS = [cast(str, f.column) for f in TaskRecord._meta.concrete_fields]
 _JSON_INDEXES = [i for i, f in enumerate(_FIELDS) if f in JSON_COLUMNS]
 _dumps = json.dumps
 

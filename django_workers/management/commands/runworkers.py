@@ -24,6 +24,8 @@ from django_workers.conf import queue_limits
 from django_workers.runtime.runtime import WorkerRuntime
 from django_workers.stores import default_store
 
+logger = logging.getLogger(__name__)
+
 EXIT_FORCED = 130
 
 
@@ -146,6 +148,7 @@ def build_runtime(options: dict[str, Any], store: Any = None) -> WorkerRuntime:
 
 def configure_logging(verbosity: int) -> None:
     """Send django_workers logs to stderr unless the site's LOGGING already handles them."""
+    # The parent of every module logger of the package, so one handler covers them all.
     log = logging.getLogger("django_workers")
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
     log.setLevel(level)
@@ -164,11 +167,9 @@ def install_signal_handlers(request_stop: Any) -> None:
     def handler(signum: int, frame: Any) -> None:
         received.append(signum)
         if len(received) > 1:
-            logging.getLogger("django_workers").warning("Second signal: exiting now.")
+            logger.warning("Second signal: exiting now.")
             os._exit(EXIT_FORCED)
-        logging.getLogger("django_workers").info(
-            "Got %s: stopping; send it again to exit at once.", signal.Signals(signum).name
-        )
+        logger.info("Got %s: stopping; send it again to exit at once.", signal.Signals(signum).name)
         request_stop()
 
     signal.signal(signal.SIGTERM, handler)
