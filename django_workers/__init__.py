@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django_workers.api import (
     TaskSubmission,
+    aupdate_progress,
     cancel_task,
     get_all_tasks,
     get_task_status,
@@ -61,6 +62,7 @@ __all__ = [
     "WorkerLost",
     "WorkersError",
     "WorkflowExists",
+    "aupdate_progress",
     "cancel_reason",
     "cancel_requested",
     "cancel_task",

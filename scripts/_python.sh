@@ -124,7 +124,7 @@ workers_venv() {
   "$python" -m venv "$VENV" || workers_die "could not create the virtualenv at $VENV with $python."
 }
 
-# pip install -e .[dev,mysql], only when pyproject.toml changed since the last
+# pip install -e .[dev], only when pyproject.toml changed since the last
 # install. PyMySQL (the mysql extra) is pure Python and lets the suite run on
 # MariaDB/MySQL.
 workers_install() {

@@ -84,6 +84,30 @@ async def async_add(a: int, b: int) -> int:
     return a + b
 
 
+async def async_progress_until_cancelled(name: str, limit: float = 30.0) -> str:
+    """Report 50 % the async way, then poll the token until cancelled or ``limit`` passes."""
+    import asyncio
+    import time
+
+    from django_workers import aupdate_progress, current_run
+
+    run = current_run()
+    seen[name].append(run.id)
+    await aupdate_progress(run, 50)
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        current_run().raise_if_cancelled()
+        await asyncio.sleep(0.01)
+    return "not cancelled"
+
+
+async def async_sync_progress() -> None:
+    """Call the synchronous ``update_progress`` from the event loop (refused)."""
+    from django_workers import current_run, update_progress
+
+    update_progress(current_run(), 50)
+
+
 # -- coordination with a runtime in the test process (module state is per process) --
 
 _lock = threading.Lock()

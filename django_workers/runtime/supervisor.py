@@ -3,7 +3,8 @@
 Each child is a fresh interpreter (multiprocessing "spawn") that sets Django up
 and runs a ``WorkerRuntime``. The supervisor forwards SIGTERM/SIGINT, restarts
 a child that died unexpectedly (its runs are recovered by the zombie sweep),
-and on a second signal kills the children and exits at once.
+and on a second signal kills the children and exits at once. A child takes the
+group's signal and the forwarded one, arriving together, as one stop request.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import signal
 import time
 from typing import Any
 
+from django_workers.runtime.process import EXIT_FORCED
+
 logger = logging.getLogger(__name__)
 
 #: Seconds a supervisor waits before restarting a child that died.
@@ -25,7 +28,8 @@ def _child_main(options: dict[str, Any]) -> None:
     import django
 
     django.setup()
-    from django_workers.management.commands.runworkers import (
+    from django_workers.runtime.process import (
+        SAME_STOP_WINDOW,
         build_runtime,
         configure_logging,
         install_signal_handlers,
@@ -33,7 +37,8 @@ def _child_main(options: dict[str, Any]) -> None:
 
     configure_logging(options["verbosity"])
     runtime = build_runtime(options)
-    install_signal_handlers(runtime.request_stop)
+    # The group's signal and the supervisor's forwarded one are one stop request.
+    install_signal_handlers(runtime.request_stop, same_stop_window=SAME_STOP_WINDOW)
     raise SystemExit(runtime.run(drain_timeout=options["drain_timeout"]))
 
 
@@ -88,12 +93,20 @@ class Supervisor:
         return child
 
     def _on_signal(self, signum: int, frame: Any) -> None:
+        # The supervisor counts the signals a person (or a service manager) sends: each
+        # reaches it once, whether sent to it alone or to the whole process group.
         self._signals += 1
         if self._signals > 1:
+            logger.warning("Second signal: killing the worker processes and exiting now.")
             for child in self._children:
                 if child.pid and child.is_alive():
                     os.kill(child.pid, signal.SIGKILL)
-            os._exit(130)
+            os._exit(EXIT_FORCED)
+        logger.info(
+            "Got %s: stopping the worker processes; send it again to exit at once.",
+            signal.Signals(signum).name,
+        )
+        # Forwarded even if the children got the group's copy too: they take both as one.
         for child in self._children:
             if child.pid and child.is_alive():
                 os.kill(child.pid, signal.SIGTERM)

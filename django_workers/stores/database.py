@@ -106,18 +106,19 @@ class DatabaseWorkerStore(WorkerStore):
         if len(news) == 1:
             return [self.submit(news[0], caller)]
         ids = [new.id for new in news]
-        if len(set(ids)) != len(ids):
+        if len(set(ids)) == len(ids):
+            try:
+                with self._atomic():
+                    if self._records().filter(pk__in=ids).exists():
+                        raise _Collision
+                    self._insert(news)
+                return [Submitted(new.id, new.run_id, created=True) for new in news]
+            except (_Collision, IntegrityError):
+                pass
+        # One transaction, so a refusal part-way (after a repeated key, a join or a
+        # re-run of the same batch) leaves nothing of the batch written.
+        with self._atomic():
             return super().submit_many(news, caller)
-        try:
-            with self._atomic():
-                if self._records().filter(pk__in=ids).exists():
-                    raise _Collision
-                self._insert(news)
-        except (_Collision, IntegrityError):
-            # One transaction, so a refusal part-way leaves no earlier task written.
-            with self._atomic():
-                return super().submit_many(news, caller)
-        return [Submitted(new.id, new.run_id, created=True) for new in news]
 
     def _lock_row(self, task_id: str) -> dict[str, Any] | None:
         return (

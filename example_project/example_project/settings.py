@@ -122,7 +122,12 @@ REST_FRAMEWORK = {
 
 # Django's own task framework: every @task's .enqueue() is stored as a task
 # record and run by runworkers.
-TASKS = {"default": {"BACKEND": "django_workers.backends.WorkersBackend"}}
+TASKS = {
+    "default": {
+        "BACKEND": "django_workers.backends.WorkersBackend",
+        "QUEUES": ["default", "emails", "reports"],
+    }
+}
 
 DJANGO_WORKERS = {
     # Receipts go out one at a time, in the order they were submitted, however

@@ -11,9 +11,6 @@ runs still going (left to the zombie sweep); 130 a second signal forced exit.
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import signal
 import sys
 from typing import Any
 
@@ -21,12 +18,8 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connections
 
 from django_workers.conf import queue_limits
-from django_workers.runtime.runtime import WorkerRuntime
+from django_workers.runtime.process import build_runtime, configure_logging, install_signal_handlers
 from django_workers.stores import default_store
-
-logger = logging.getLogger(__name__)
-
-EXIT_FORCED = 130
 
 
 def positive_int(value: str) -> int:
@@ -131,46 +124,3 @@ class Command(BaseCommand):
         if options["burst"]:
             lines.append("  mode:        burst (exits when nothing is left)")
         self.stdout.write("\n".join(lines))
-
-
-def build_runtime(options: dict[str, Any], store: Any = None) -> WorkerRuntime:
-    """The runtime one worker process runs, from the command's options."""
-    return WorkerRuntime(
-        store,
-        queues=options["queues"],
-        concurrency=options["concurrency"],
-        recover_zombies=not options["no_recover_zombies"],
-        burst=options["burst"],
-        poll_interval=options["poll_interval"],
-        owns_process=True,
-    )
-
-
-def configure_logging(verbosity: int) -> None:
-    """Send django_workers logs to stderr unless the site's LOGGING already handles them."""
-    # The parent of every module logger of the package, so one handler covers them all.
-    log = logging.getLogger("django_workers")
-    level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
-    log.setLevel(level)
-    if not log.handlers and not logging.getLogger().handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
-        )
-        log.addHandler(handler)
-
-
-def install_signal_handlers(request_stop: Any) -> None:
-    """First SIGTERM/SIGINT drains; a second one exits at once."""
-    received = []
-
-    def handler(signum: int, frame: Any) -> None:
-        received.append(signum)
-        if len(received) > 1:
-            logger.warning("Second signal: exiting now.")
-            os._exit(EXIT_FORCED)
-        logger.info("Got %s: stopping; send it again to exit at once.", signal.Signals(signum).name)
-        request_stop()
-
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)

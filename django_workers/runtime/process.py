@@ -1,0 +1,79 @@
+"""The entry point of one worker process: its runtime, its logging, its stop signals.
+
+``runworkers`` (one process) and each child of the supervisor (``--processes``)
+build their process here; the management command only parses options.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from typing import Any
+
+from django_workers.runtime.runtime import WorkerRuntime
+
+logger = logging.getLogger(__name__)
+
+#: Exit code of a process that a second stop signal forced out.
+EXIT_FORCED = 130
+
+#: Seconds within which a child of the supervisor takes a repeated signal for the same stop.
+#: A terminal's Ctrl-C or systemd signals the whole group and the supervisor forwards its
+#: own copy at once: the two arrive milliseconds apart and must mean one drain.
+SAME_STOP_WINDOW = 2.0
+
+
+def build_runtime(options: dict[str, Any], store: Any = None) -> WorkerRuntime:
+    """Build the runtime one worker process runs, from the command's options."""
+    return WorkerRuntime(
+        store,
+        queues=options["queues"],
+        concurrency=options["concurrency"],
+        recover_zombies=not options["no_recover_zombies"],
+        burst=options["burst"],
+        poll_interval=options["poll_interval"],
+        # This runtime is its process: if it gets stuck it exits, and runs that outlive
+        # its drain die with it.
+        owns_process=True,
+    )
+
+
+def configure_logging(verbosity: int) -> None:
+    """Send django_workers logs to stderr unless the site's LOGGING already handles them."""
+    log = logging.getLogger("django_workers")
+    log.setLevel({0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG))
+    if not log.handlers and not logging.getLogger().handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
+        )
+        log.addHandler(handler)
+
+
+def install_signal_handlers(
+    request_stop: Callable[[], None], *, same_stop_window: float = 0.0
+) -> None:
+    """Drain on the first SIGTERM/SIGINT; exit at once on a second one.
+
+    A signal within ``same_stop_window`` seconds of the first is the same stop
+    request arriving twice, and is ignored.
+    """
+    first: list[float] = []
+
+    def handler(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if not first:
+            first.append(time.monotonic())
+            logger.info("Got %s: stopping; send it again to exit at once.", name)
+            request_stop()
+        elif time.monotonic() - first[0] < same_stop_window:
+            logger.debug("Got %s again at once: the same stop request, still draining.", name)
+        else:
+            logger.warning("Second signal: exiting now.")
+            os._exit(EXIT_FORCED)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
