@@ -177,16 +177,23 @@ def session_database_env() -> dict[str, str]:
 class WorkerSubprocess:
     """One ``manage.py runworkers`` subprocess, its output in a log file."""
 
-    def __init__(self, args: Sequence[str], log_path: Path) -> None:
+    def __init__(
+        self,
+        args: Sequence[str],
+        log_path: Path,
+        prefix: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> None:
+        """``prefix`` goes before the command (``faketime -f +120s``); ``env`` adds variables."""
         self.args = list(args)
         self.log_path = log_path
         command = [sys.executable, "-m", "django", "runworkers", *args, "--settings=tests.settings"]
         with log_path.open("wb") as log:
             # Its own session, so that teardown can kill it with every process it started.
             self.popen = subprocess.Popen(
-                command,
+                [*prefix, *command],
                 cwd=ROOT,
-                env=child_env(),
+                env={**child_env(), **(env or {})},
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -231,10 +238,12 @@ class WorkerProcesses:
         self.log_dir = log_dir
         self.started: list[WorkerSubprocess] = []
 
-    def start(self, *args: str) -> WorkerSubprocess:
+    def start(
+        self, *args: str, prefix: Sequence[str] = (), env: dict[str, str] | None = None
+    ) -> WorkerSubprocess:
         """Start ``runworkers *args``; ``wait_registered`` tells when it serves."""
         log_path = self.log_dir / f"runworkers-{len(self.started)}.log"
-        process = WorkerSubprocess(args, log_path)
+        process = WorkerSubprocess(args, log_path, prefix, env)
         self.started.append(process)
         return process
 

@@ -247,7 +247,6 @@ def fail_until_attempt(n: int) -> int:
 def record_execution(hold: float = 0.0) -> int:
     """Insert one ``Execution`` row for this run (when it started and ended) and return the pid."""
     import os
-    import time
 
     from django.utils import timezone
 
@@ -257,7 +256,9 @@ def record_execution(hold: float = 0.0) -> int:
     row = Execution.objects.create(
         task_id=current_run().id, pid=os.getpid(), started_at=timezone.now()
     )
-    time.sleep(hold)
+    # Not time.sleep: under faketime (libfaketime 0.9.10) with a real monotonic clock it
+    # fails with EINVAL, and the clock-skew tests run this task in such a worker.
+    threading.Event().wait(hold)
     Execution.objects.filter(pk=row.pk).update(finished_at=timezone.now())
     return os.getpid()
 
@@ -334,3 +335,17 @@ def dj_wait_for_cancel(limit: float = 30.0) -> str:
 @task(backend="workers")
 def dj_held(name: str) -> str:
     return held(name)
+
+
+@task(backend="workers")
+def dj_sleep(seconds: float) -> str:
+    """Sleep ``seconds`` without looking at the token."""
+    import time
+
+    time.sleep(seconds)
+    return "slept"
+
+
+@task(backend="workers", takes_context=True)
+def dj_fail_every_attempt(context: TaskContext) -> None:
+    raise RuntimeError(f"attempt {context.attempt} fails")
