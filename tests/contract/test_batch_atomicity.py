@@ -18,8 +18,9 @@ from django_workers import (
     submit_task,
     submit_tasks,
 )
-from django_workers.info import LIVE_STATUSES, TaskStatus
+from django_workers.info import TaskStatus
 from django_workers.stores import WorkerStore
+from tests.helpers import end_record
 from tests.tasks import add
 
 
@@ -50,9 +51,7 @@ def test_a_refusal_undoes_a_join_and_a_rerun_of_the_same_batch(
 ) -> None:
     live = submit_task("live", add, Owner("7"), args=[1, 2], scope="global", store=tx_store)
     done = submit_task("done", add, Owner("42"), args=[1, 2], store=tx_store)
-    info = tx_store.get_task_info(done)
-    assert info is not None
-    assert tx_store.try_transition(done, info.run_id, LIVE_STATUSES, TaskStatus.COMPLETED)
+    end_record(tx_store, done, TaskStatus.COMPLETED)
     # "42" may join "live" (so it would become a watcher), but never "shared".
     set_watch_authorizer(tx_store, lambda task_id, watchers, user_id: task_id == live)
     before = snapshot(tx_store)

@@ -10,7 +10,7 @@ import pytest
 
 import django_workers
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 #: A ``text`` block that starts with a public name and its parameters.
 SIGNATURE = re.compile(r"```text\n(\w+)\((.*?)\)( -> [^\n]+)?\n```", re.DOTALL)
 
