@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
@@ -453,7 +453,7 @@ class DatabaseWorkerStore(WorkerStore):
             cursor.execute(query)
             value = cursor.fetchone()[0]
         if timezone.is_naive(value):
-            value = timezone.make_aware(value, timezone.utc)
+            value = value.replace(tzinfo=UTC)
         return value
 
     def listen_params(self) -> dict[str, Any] | None:

@@ -7,7 +7,8 @@ the zombie sweep ends still sends Django's ``task_finished``; and a task's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -15,9 +16,11 @@ from django.tasks import TaskResult, task_backends
 from django.tasks.signals import task_finished
 
 from django_workers import System, TaskOptions, TaskStatus, submit_task
+from django_workers.lifecycle import EndKind, TaskEnd
 from django_workers.models import TaskRecord
-from django_workers.runtime.runtime import EXIT_OK, WorkerRuntime
+from django_workers.runtime.runtime import EXIT_OK, EXIT_STALLED, WorkerRuntime
 from django_workers.stores.database import DatabaseWorkerStore
+from django_workers.stores.memory import InMemoryWorkerStore
 from tests import tasks
 from tests.helpers import (
     RuntimeThread,
@@ -146,3 +149,34 @@ def test_task_result_errors_lists_every_failed_attempt_oldest_first(
         f"RuntimeError: attempt {n} fails" for n in (1, 2, 3)
     ]
     assert {e.exception_class_path for e in errors} == {"builtins.RuntimeError"}
+
+
+# -- liveness -----------------------------------------------------------------------------------
+
+
+class StuckEndWriter(InMemoryWorkerStore):
+    """A store whose writing of runs' own ends hangs until ``unstick`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unstick = threading.Event()
+
+    def end_tasks(self, ends: Sequence[TaskEnd]) -> list[bool]:
+        if any(end.kind is EndKind.RUN for end in ends):
+            self.unstick.wait(30.0)
+        return super().end_tasks(ends)
+
+
+def test_a_runtime_whose_end_writer_is_stuck_stops_renewing_and_its_run_is_recovered() -> None:
+    store = StuckEndWriter()
+    stuck = start_runtime(store, lease_timeout=1.0, heartbeat_interval=0.1)
+    task_id = submit_task("t", tasks.add, System(), args=[1, 2], scope="global", store=store)
+    wait_until(lambda: stuck.runtime.stalled == "the end writer", timeout=10.0)
+    # Its lease lapses; another worker's sweep declares it dead and recovers the run.
+    rescuer = start_runtime(store, lease_timeout=1.0, heartbeat_interval=0.1)
+    info = wait_for_status(store, task_id, FAILED, timeout=10.0)
+    assert info.error is not None
+    assert info.error.type == WORKER_LOST
+    store.unstick.set()
+    assert stuck.join() == EXIT_STALLED
+    rescuer.stop()

@@ -1,0 +1,245 @@
+"""Every kind of end goes through ``end_tasks``, fenced as the lifecycle says; on every store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+
+from django_workers import System, TaskStatus, cancel_task, clock, lifecycle, submit_task
+from django_workers.cancellation import CancelReason
+from django_workers.info import TaskInfo
+from django_workers.lifecycle import EndKind
+from django_workers.options import TaskOptions
+from django_workers.stores import WorkerStore
+from django_workers.stores.base import WorkerRegistration
+from tests.tasks import add
+
+LIMITS = {"seq": 1}
+Case = Callable[[WorkerStore], None]
+CASES: dict[EndKind, list[Case]] = {}
+
+
+def case(kind: EndKind) -> Callable[[Case], Case]:
+    """Register a test as covering ``kind``, so a kind without a test is caught."""
+
+    def register(fn: Case) -> Case:
+        CASES.setdefault(kind, []).append(fn)
+        return fn
+
+    return register
+
+
+def submit(store: WorkerStore, key: str, queue: str = "default", retries: int = 0) -> str:
+    options = TaskOptions(retries=retries)
+    return submit_task(
+        key, add, System(), args=[1, 2], scope="global", queue=queue, options=options, store=store
+    )
+
+
+def claim(store: WorkerStore, worker: str = "w1", queue: str | None = None) -> list[TaskInfo]:
+    return store.claim(worker, [queue] if queue else None, 10, clock.now(), LIMITS)
+
+
+def info(store: WorkerStore, task_id: str) -> TaskInfo:
+    found = store.get_task_info(task_id)
+    assert found is not None
+    return found
+
+
+def register(store: WorkerStore, worker_id: str, age: float = 0.0) -> None:
+    when = clock.now() - timedelta(seconds=age)
+    store.register_worker(
+        WorkerRegistration(
+            id=worker_id,
+            host="elsewhere",
+            pid=1,
+            queues=(),
+            concurrency=1,
+            started_at=when,
+            heartbeat_at=when,
+        )
+    )
+
+
+def held(store: WorkerStore, worker_id: str) -> int:
+    return next(w.held_slots for w in store.list_workers() if w.id == worker_id)
+
+
+def test_every_kind_of_end_has_a_contract_test() -> None:
+    assert set(CASES) == set(EndKind)
+
+
+# -- a run's own end ------------------------------------------------------------------------
+
+
+@case(EndKind.RUN)
+def test_a_run_end_wins_only_on_its_running_record_under_its_worker(store: WorkerStore) -> None:
+    task_id = submit(store, "t")
+    [running] = claim(store)
+    stranger = lifecycle.run_end(running, "w2", TaskStatus.COMPLETED, clock.now(), result=1)
+    assert store.end_tasks([stranger]) == [False]
+    end = lifecycle.run_end(running, "w1", TaskStatus.COMPLETED, clock.now(), result=3)
+    assert store.end_tasks([end]) == [True]
+    ended = info(store, task_id)
+    assert (ended.status, ended.result, ended.finished_at) == ("COMPLETED", 3, end.finished_at)
+    assert store.end_tasks([end]) == [False]  # an ended record is never ended twice
+
+
+# -- timeout and cancel: the record ends, the function may run on ---------------------------
+
+
+@case(EndKind.TIMEOUT)
+def test_a_timeout_ends_the_record_and_keeps_the_slot_until_the_function_returns(
+    store: WorkerStore,
+) -> None:
+    register(store, "w1")
+    first, second = submit(store, "a", "seq"), submit(store, "b", "seq")
+    [running] = claim(store, queue="seq")
+    timed_out = lifecycle.timeout_end(running, "w1", clock.now(), [])
+    assert store.end_tasks([timed_out]) == [True]
+    ended = info(store, first)
+    assert (ended.status, ended.cancel_reason) == ("FAILED", CancelReason.TIMEOUT)
+    assert ended.error is not None
+    assert ended.error.type.endswith("TaskTimeoutError")
+    assert [e.type for e in ended.errors] == [ended.error.type]
+    # The function still runs: the sequential queue stays full.
+    assert held(store, "w1") == 1
+    assert claim(store, queue="seq") == []
+    # It returns; its own end loses the fence and frees the slot.
+    own = lifecycle.run_end(running, "w1", TaskStatus.COMPLETED, clock.now(), result=3)
+    assert store.end_tasks([own]) == [False]
+    assert info(store, first).status == "FAILED"
+    assert held(store, "w1") == 0
+    assert [t.id for t in claim(store, queue="seq")] == [second]
+
+
+@case(EndKind.CANCEL)
+def test_a_cancel_of_a_running_task_holds_its_slot_until_the_function_returns(
+    store: WorkerStore,
+) -> None:
+    register(store, "w1")
+    first, second = submit(store, "a", "seq"), submit(store, "b", "seq")
+    [running] = claim(store, queue="seq")
+    assert cancel_task(first, System(), store=store).status == "CANCELLED"
+    assert held(store, "w1") == 1
+    assert claim(store, queue="seq") == []
+    own = lifecycle.run_end(running, "w1", TaskStatus.COMPLETED, clock.now(), result=3)
+    assert store.end_tasks([own]) == [False]
+    assert held(store, "w1") == 0
+    assert [t.id for t in claim(store, queue="seq")] == [second]
+
+
+@case(EndKind.CANCEL)
+def test_a_cancel_is_fenced_on_the_status_and_worker_it_read(store: WorkerStore) -> None:
+    task_id = submit(store, "t")
+    pending = info(store, task_id)
+    claim(store)
+    # The record moved (claimed) since the read: the cancel built from it loses.
+    assert store.end_tasks([lifecycle.cancel_end(pending, clock.now())]) == [False]
+    running = info(store, task_id)
+    assert store.end_tasks([lifecycle.cancel_end(running, clock.now())]) == [True]
+    assert info(store, task_id).status == "CANCELLED"
+    assert store.end_tasks([lifecycle.cancel_end(running, clock.now())]) == [False]
+
+
+# -- the zombie sweep ---------------------------------------------------------------------------
+
+
+@case(EndKind.REQUEUE)
+def test_the_sweep_requeues_a_dead_workers_run_with_retries_left(store: WorkerStore) -> None:
+    register(store, "dead", age=60.0)
+    task_id = submit(store, "t", retries=1)
+    claim(store, worker="dead")
+    [end] = store.recover_zombies(lease_timeout=30.0, now=clock.now())
+    assert (end.kind, end.task_id) == (EndKind.REQUEUE, task_id)
+    back = info(store, task_id)
+    assert (back.status, back.worker_id, back.attempts) == ("PENDING", None, 1)
+    assert [e.type for e in back.errors] == ["django_workers.exceptions.WorkerLost"]
+    assert back.error is None
+
+
+@case(EndKind.WORKER_LOST)
+def test_the_sweep_fails_a_dead_workers_last_attempt_and_frees_its_slots(
+    store: WorkerStore,
+) -> None:
+    register(store, "dead", age=60.0)
+    register(store, "alive")
+    lost, cancelled = submit(store, "lost"), submit(store, "cancelled", "seq")
+    claim(store, worker="dead")
+    cancel_task(cancelled, System(), store=store)  # its function "runs on" in the dead worker
+    alive = submit(store, "alive")
+    claim(store, worker="alive")
+    [end] = store.recover_zombies(lease_timeout=30.0, now=clock.now())
+    assert (end.kind, end.task_id) == (EndKind.WORKER_LOST, lost)
+    failed = info(store, lost)
+    assert failed.status == "FAILED"
+    assert failed.error is not None
+    assert failed.error.type == "django_workers.exceptions.WorkerLost"
+    assert info(store, alive).status == "RUNNING"  # a live worker's run is never touched
+    assert [w.id for w in store.list_workers()] == ["alive"]
+    assert claim(store, worker="alive", queue="seq") == []  # nothing left there, slot free
+    submit(store, "next", "seq")
+    assert len(claim(store, worker="alive", queue="seq")) == 1
+
+
+# -- stops ---------------------------------------------------------------------------------------
+
+
+@case(EndKind.RELEASE)
+def test_a_released_claim_goes_back_pending_without_its_attempt(store: WorkerStore) -> None:
+    task_id = submit(store, "t")
+    [running] = claim(store)
+    assert running.attempts == 1
+    assert store.end_tasks([lifecycle.release_end(running, "w2")]) == [False]
+    assert store.end_tasks([lifecycle.release_end(running, "w1")]) == [True]
+    back = info(store, task_id)
+    assert (back.status, back.attempts, back.worker_id, back.started_at) == (
+        "PENDING",
+        0,
+        None,
+        None,
+    )
+    [again] = claim(store, worker="w2")
+    assert (again.id, again.attempts, again.run_id) == (task_id, 1, running.run_id)
+
+
+@case(EndKind.ABANDON)
+def test_an_abandon_ends_only_a_pending_task(store: WorkerStore) -> None:
+    running = submit(store, "r")
+    claim(store)
+    pending = submit(store, "p")
+    assert store.end_tasks([lifecycle.abandon_end(info(store, running), clock.now())]) == [False]
+    assert store.end_tasks([lifecycle.abandon_end(info(store, pending), clock.now())]) == [True]
+    ended = info(store, pending)
+    assert (ended.status, ended.cancel_reason) == ("CANCELLED", CancelReason.SHUTDOWN)
+    assert ended.error is not None
+    assert ended.error.message == "Cancelled by worker shutdown"
+    assert info(store, running).status == "RUNNING"
+
+
+# -- one transaction, many ends -----------------------------------------------------------------
+
+
+def test_a_batch_of_ends_reports_each_fence(store: WorkerStore) -> None:
+    ids = [submit(store, f"t{i}") for i in range(3)]
+    running = {t.id: t for t in claim(store)}
+    cancel_task(ids[1], System(), store=store)
+    ends = [
+        lifecycle.run_end(running[task_id], "w1", TaskStatus.COMPLETED, clock.now(), result=i)
+        for i, task_id in enumerate(ids)
+    ]
+    assert store.end_tasks(ends) == [True, False, True]
+    assert [info(store, t).status for t in ids] == ["COMPLETED", "CANCELLED", "COMPLETED"]
+
+
+@pytest.mark.parametrize("status", [TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED])
+def test_no_other_store_call_can_end_a_record(store: WorkerStore, status: TaskStatus) -> None:
+    task_id = submit(store, "t")
+    [running] = claim(store)
+    with pytest.raises(ValueError, match="end_tasks"):
+        store.try_transition(task_id, running.run_id, [TaskStatus.RUNNING], status)
+    with pytest.raises(ValueError, match="end_tasks"):
+        store.set_task_state(task_id, running.run_id, status=status)
+    assert info(store, task_id).status == "RUNNING"
