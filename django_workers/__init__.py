@@ -33,8 +33,8 @@ from django_workers.exceptions import (
 )
 from django_workers.handles import TaskHandle, open_task, submit
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, cancel_reason, cancel_requested
+from django_workers.live import current_run
 from django_workers.options import TaskOptions
-from django_workers.runtime.registry import current_run
 from django_workers.stores import default_store, set_queue_authorizer, set_watch_authorizer
 
 __all__ = [

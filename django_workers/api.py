@@ -349,7 +349,7 @@ def cancel_task(
 
 
 def _deliver_cancel(store: WorkerStore, info: TaskInfo) -> None:
-    from django_workers.runtime.registry import live_runs
+    from django_workers.live import live_runs
 
     if not live_runs.request_cancel(info.run_id, CancelReason.USER):
         store.notify_cancelled(info.id, info.run_id)
@@ -378,7 +378,7 @@ def update_progress(info: TaskInfo, pct: float, *, store: WorkerStore | None = N
             "update_progress() writes to the database, which cannot be done from an event "
             "loop; in an async task use `await aupdate_progress(current_run(), pct)`."
         )
-    from django_workers.runtime.registry import live_runs
+    from django_workers.live import live_runs
 
     handle = live_runs.get(info.run_id)
     if handle is not None:

@@ -32,7 +32,7 @@ from django_workers.exceptions import RemoteTaskError, TaskCancelled
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef
-from django_workers.runtime.wakeup import DONE_CHANNEL, ENDED, Listener, listen_params, parse_notice
+from django_workers.runtime.wakeup import DONE_CHANNEL, ENDED, Listener, parse_notice
 from django_workers.stores import WorkerStore, default_store
 
 #: Polling without NOTIFY: the first pause, doubled up to the last, in seconds.
@@ -298,14 +298,14 @@ _ends: dict[tuple[int, str], _TaskEnds | None] = {}
 
 def _task_ends(store: WorkerStore) -> _TaskEnds | None:
     """This process's end listener for the store's database; None where there is none."""
-    alias = getattr(store, "using", None)
-    if not store.durable or not isinstance(alias, str):
+    params = store.listen_params()
+    if params is None:
         return None
-    key = (os.getpid(), alias)  # a forked child does not inherit the listener thread
+    # One per database; a forked child does not inherit the listener thread.
+    key = (os.getpid(), repr(sorted(params.items())))
     with _ends_lock:
         if key not in _ends:
-            params = listen_params(alias)
-            _ends[key] = _TaskEnds(params) if params is not None else None
+            _ends[key] = _TaskEnds(params)
         return _ends[key]
 
 

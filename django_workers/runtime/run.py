@@ -22,9 +22,9 @@ from django_workers.conf import workers_settings
 from django_workers.exceptions import ArgumentsNotSerializable, ResultTooLarge, TaskCancelled
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
+from django_workers.live import bind_current, unbind_current
 from django_workers.references import json_size, to_json
 from django_workers.runtime import invoke as invoking
-from django_workers.runtime.registry import bind_current, unbind_current
 from django_workers.stores.base import WorkerStore
 
 logger = logging.getLogger(__name__)

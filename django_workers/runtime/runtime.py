@@ -41,7 +41,7 @@ from django_workers.cancellation import CancelReason
 from django_workers.conf import queue_limits, workers_settings
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
-from django_workers.runtime.registry import live_runs
+from django_workers.live import live_runs
 from django_workers.runtime.run import RunHandle, execute
 from django_workers.runtime.wakeup import CANCELLED, Listener, parse_notice
 from django_workers.runtime.watchdog import Watchdog

@@ -21,8 +21,6 @@ import threading
 from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
 
-from django.db import connections
-
 logger = logging.getLogger(__name__)
 
 #: Work for workers: ENQUEUED and CANCELLED notices.
@@ -69,17 +67,6 @@ def parse_notice(payload: str) -> Notice:
     """Read ``<kind>:<value>``; an unknown kind is returned as is, for callers to ignore."""
     kind, _, value = payload.partition(":")
     return Notice(kind, value)
-
-
-def listen_params(alias: str) -> dict[str, Any] | None:
-    """psycopg connection parameters for ``alias``, or None if it is not PostgreSQL."""
-    connection = connections[alias]
-    if connection.vendor != "postgresql":
-        return None
-    params = dict(connection.get_connection_params())
-    for django_only in ("cursor_factory", "context", "prepare_threshold"):
-        params.pop(django_only, None)
-    return params
 
 
 class Listener:

@@ -457,9 +457,13 @@ class DatabaseWorkerStore(WorkerStore):
         return value
 
     def listen_params(self) -> dict[str, Any] | None:
-        from django_workers.runtime.wakeup import listen_params
-
-        return listen_params(self.using)
+        connection = connections[self.using]
+        if connection.vendor != "postgresql":
+            return None
+        params = dict(connection.get_connection_params())
+        for django_only in ("cursor_factory", "context", "prepare_threshold"):
+            params.pop(django_only, None)
+        return params
 
     def reset_connection(self) -> None:
         with contextlib.suppress(DatabaseError):
