@@ -254,12 +254,16 @@ class WorkerRuntime:
         self._jobs.put(handle)
 
     def _after_db_error(self, what: str, error: Exception, errors: int) -> None:
-        delay = min(0.1 * 2**errors, 10.0)
+        delay = self._retry_delay(errors)
         self._report(
             logger.warning, "Database error during %s (%s); retrying in %.1f s", what, error, delay
         )
         self.store.reset_connection()
         self._stopping.wait(delay)
+
+    def _retry_delay(self, errors: int) -> float:
+        # Retrying is progress, not a stall: keep each wait well inside the lease.
+        return min(0.1 * 2**errors, 10.0, self.lease_timeout / 4)
 
     # -- running --
 
@@ -346,12 +350,12 @@ class WorkerRuntime:
             except (OperationalError, InterfaceError) as e:
                 # A terminal state is never dropped: keep trying until the database answers.
                 errors += 1
-                delay = min(0.1 * 2**errors, 10.0)
                 self._report(
                     logger.warning, "Could not record %d run ends (%s); retrying", len(ends), e
                 )
                 self.store.reset_connection()
-                time.sleep(delay)
+                time.sleep(self._retry_delay(errors))
+                self._finisher_since = time.monotonic()
             except DatabaseError as e:
                 # The database refuses the data itself: retrying would block every other end.
                 return self._end_one_by_one(ends, e)
