@@ -19,6 +19,7 @@ _lock = threading.Lock()
 _last: datetime | None = None
 _offset = timedelta(0)
 _TICK = timedelta(microseconds=1)
+_RESTART = timedelta(seconds=1)
 
 
 def now() -> datetime:
@@ -34,8 +35,13 @@ def now() -> datetime:
 
 def set_offset(offset: timedelta) -> None:
     """Record how far the database's clock is ahead of this host's (negative: behind)."""
-    global _offset
-    _offset = offset
+    global _offset, _last
+    with _lock:
+        if offset < _offset - _RESTART:
+            # A big step back (the first measure on a skewed host): start the increasing
+            # sequence afresh rather than repeat the old time plus a microsecond until then.
+            _last = None
+        _offset = offset
 
 
 def offset() -> timedelta:
