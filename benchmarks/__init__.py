@@ -1,1 +1,1 @@
-"""Benchmarks of django-workers against the SPEC §10 targets and anchors; see run.py."""
+"""Benchmarks of django-workers against the performance targets and anchors; see run.py."""

@@ -1,8 +1,8 @@
 """The benchmark projects' DATABASES entry, from DATABASE_URL (used by both settings modules).
 
-PostgreSQL: a persistent connection per thread (``CONN_MAX_AGE=None``); SPEC §10
-notes Django's default of 0 halves a worker's throughput, and every system
-measured here gets the same setting. SQLite: what docs/install.md tells users
+PostgreSQL: a persistent connection per thread (``CONN_MAX_AGE=None``), so that
+every system measured here gets the same setting (Django's default of 0 would
+cost the anchors a connection per job). SQLite: what docs/install.md tells users
 to set (WAL, IMMEDIATE transactions, a busy timeout).
 """
 

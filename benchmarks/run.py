@@ -1,4 +1,4 @@
-"""Benchmark django-workers on SQLite and PostgreSQL, side by side with the SPEC §10 anchors.
+"""Benchmark django-workers on SQLite and PostgreSQL, side by side with the performance anchors.
 
 Usage (from the repository root, with the project's virtualenv):
 
@@ -68,7 +68,7 @@ ANCHORS_REQUIREMENTS = BENCH / "anchors" / "requirements.txt"
 DEFAULT_PG = "postgres://postgres@127.0.0.1:5432"
 OUR_PG_DB, ANCHORS_PG_DB = "bench", "bench_anchors"
 #: Threads per runworkers process. Procrastinate runs 10 jobs at once per
-#: worker in SPEC §10, so ours gets the same number of in-flight tasks.
+#: worker in the performance targets, so ours gets the same number of in-flight tasks.
 OUR_CONCURRENCY = 10
 PROCRASTINATE_CONCURRENCY = 10
 #: Extra drains of ours on PostgreSQL at other --concurrency values (full runs only).
@@ -563,7 +563,7 @@ def summarize(targets: list[Target], data: dict[str, Any], sizes: Sizes) -> dict
 
 # -- reporting -------------------------------------------------------------------------
 
-SPEC_TARGETS = {
+PERFORMANCE_TARGETS = {
     "drain_1_per_s": ("≥ 1,500/s", lambda v: v >= 1500),
     "drain_2_per_s": ("≥ 2,400/s", lambda v: v >= 2400),
     "enqueue_single_per_s": ("≥ 2,000/s", lambda v: v >= 2000),
@@ -586,7 +586,7 @@ def fmt_ms(value: float) -> str:
 def table_rows(
     targets: list[Target], summary: dict[str, Any], sizes: Sizes
 ) -> tuple[list[str], list[list[str]]]:
-    headers = ["figure", *(t.label for t in targets), "SPEC §10 target (PostgreSQL)"]
+    headers = ["figure", *(t.label for t in targets), "performance target (PostgreSQL)"]
     n = f"{sizes.drain:,}"
 
     def row(name: str, fmt: Any, key: str, target: str = "") -> list[str]:
@@ -650,12 +650,12 @@ def text_table(headers: list[str], rows: list[list[str]]) -> str:
 
 
 def verdicts(summary: dict[str, Any]) -> list[str]:
-    """The SPEC §10 targets, checked against ours on PostgreSQL (and the anchors, if run)."""
+    """The performance targets, checked against ours on PostgreSQL (and the anchors, if run)."""
     ours = summary.get("workers-pg")
     if ours is None:
         return []
     lines = []
-    for key, (goal, ok) in SPEC_TARGETS.items():
+    for key, (goal, ok) in PERFORMANCE_TARGETS.items():
         if ok is None:
             passed = ours["latency_p50_ms"] <= 3 and ours["latency_p99_ms"] <= 6
             value = f"{fmt_ms(ours['latency_p50_ms'])} / {fmt_ms(ours['latency_p99_ms'])} ms"
@@ -713,7 +713,7 @@ def report(
     ]
     checks = verdicts(summary)
     if checks:
-        lines += ["SPEC §10 targets (django-workers on PostgreSQL):", "", *checks, ""]
+        lines += ["performance targets (django-workers on PostgreSQL):", "", *checks, ""]
     if data["sweep"]:
         lines += [
             f"django-workers on PostgreSQL, drain {sizes.drain:,} with 1 process, by "

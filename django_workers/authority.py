@@ -1,4 +1,4 @@
-"""Who is asking: ``Owner`` and ``System``, and how task ids encode ownership (SPEC §3).
+"""Who is asking: ``Owner`` and ``System``, and how task ids encode ownership.
 
 ``submit_task`` returns an id that is not the key passed in. A user-scoped id
 is ``"<user_id>::<key>"``; a global id is the key itself. The rules on owner

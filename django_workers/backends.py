@@ -1,4 +1,4 @@
-"""``WorkersBackend``: django-workers as a backend of Django's Tasks framework (SPEC §5).
+"""``WorkersBackend``: django-workers as a backend of Django's Tasks framework.
 
 ``TASKS = {"default": {"BACKEND": "django_workers.backends.WorkersBackend"}}``
 makes ``.enqueue()`` of every ``@task`` write a task record that ``runworkers``
@@ -25,7 +25,7 @@ from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultD
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils.json import normalize_json
 
-from django_workers.api import TaskSubmission, build_task, get_task_status, write_tasks
+from django_workers.api import get_task_status
 from django_workers.authority import System
 from django_workers.cancellation import cancel_message
 from django_workers.exceptions import (
@@ -38,13 +38,14 @@ from django_workers.exceptions import (
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.references import resolve
 from django_workers.stores import default_store
+from django_workers.submission import TaskSubmission, build_task, write_tasks
 
 logger = logging.getLogger(__name__)
 
 #: The key of a record's options that holds the alias it was enqueued through.
 BACKEND_OPTION = "backend"
 
-#: SPEC §5: how our statuses read in Django's vocabulary.
+#: How our statuses read in Django's vocabulary.
 STATUSES: Mapping[TaskStatus, TaskResultStatus] = {
     TaskStatus.WAITING: TaskResultStatus.READY,
     TaskStatus.PENDING: TaskResultStatus.READY,

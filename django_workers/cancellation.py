@@ -1,4 +1,4 @@
-"""The cancellation token: why a run was asked to stop, first cause wins (SPEC §4.4).
+"""The cancellation token: why a run was asked to stop, first cause wins.
 
 Nothing injects an exception into a running task. A run's token holds one
 reason; ``none`` means not cancelled. Only the runtime sets it, through

@@ -1,4 +1,4 @@
-"""Every refusal django-workers makes, as one exception hierarchy (SPEC §8).
+"""Every refusal django-workers makes, as one exception hierarchy.
 
 Each exception says what was wrong and how to fix it; data a caller may need
 is carried as attributes. Subclasses also derive from the built-in or Django

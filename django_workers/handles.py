@@ -1,4 +1,4 @@
-"""Task handles: read, wait for, fetch and cancel one run of a task from any process (SPEC §5).
+"""Task handles: read, wait for, fetch and cancel one run of a task from any process.
 
 ``open_task(id, authority)`` binds a handle to the run that is current when it
 is opened (its ``run_id``). A re-run replaces a finished record with a new
@@ -133,7 +133,7 @@ class TaskHandle:
         return _value_of(self.wait(timeout))
 
     def cancel(self) -> TaskInfo:
-        """Cancel this run (SPEC §4.4); TaskAlreadyFinished if it ended or was superseded."""
+        """Cancel this run; TaskAlreadyFinished if it ended or was superseded."""
         info = cancel_task(self.id, self._authority, run_id=self.run_id, store=self._store)
         return self._record(info)
 

@@ -1,4 +1,4 @@
-"""Tasks by dotted path, and arguments and results as JSON (SPEC §4.1).
+"""Tasks by dotted path, and arguments and results as JSON.
 
 A worker in another process finds a task by importing its dotted path, so
 only module-level functions (plain, or Django ``@task`` objects) qualify.

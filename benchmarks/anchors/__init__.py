@@ -1,4 +1,4 @@
-"""The anchors of SPEC §10 (django-tasks-db, Procrastinate), driven from their own venv.
+"""The performance anchors (django-tasks-db, Procrastinate), driven from their own venv.
 
 Only our scripts that install and drive them live here; their code is installed
 into ``benchmarks/.venv-anchors`` by ``run.py --anchors`` and never committed.

@@ -1,4 +1,4 @@
-"""The store contract: what every store answers about task records (SPEC §2, §4.2).
+"""The store contract: what every store answers about task records.
 
 A store answers "what does the record say?". It holds data and two policy
 hooks (the queue and watch authorizers) and owns nothing that runs: no

@@ -1,4 +1,4 @@
-"""Hand-written SQL for the hot paths of ``DatabaseWorkerStore`` (SPEC §10).
+"""Hand-written SQL for the hot paths of ``DatabaseWorkerStore``.
 
 The ORM builds the same statements with far more Python per row. These are
 the three paths every task takes, written once per vendor where it pays:

@@ -1,4 +1,4 @@
-"""The store contract (SPEC §3, §4.2): one test body, run against every store."""
+"""The store contract: one test body, run against every store."""
 
 from __future__ import annotations
 

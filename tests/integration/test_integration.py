@@ -1,4 +1,4 @@
-"""Real ``manage.py runworkers`` subprocesses on the test database (SPEC §4.3-4.5, issue 3).
+"""Real ``manage.py runworkers`` subprocesses on the test database.
 
 Workers are killed, signalled and restarted while the test process reads
 and writes the same database, as a web process would. Children run with a

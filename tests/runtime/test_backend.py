@@ -255,7 +255,7 @@ def test_failure_is_logged_like_django_does(
     ]
 
 
-# -- status mapping (SPEC §5) --------------------------------------------------------------
+# -- status mapping --------------------------------------------------------------
 
 
 def test_every_status_maps_to_djangos() -> None:

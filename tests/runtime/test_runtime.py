@@ -1,4 +1,4 @@
-"""``WorkerRuntime`` in this process (SPEC §4.3-4.5), over each store where it makes sense.
+"""``WorkerRuntime`` in this process, over each store where it makes sense.
 
 Runtimes serve on background threads, exactly as ``runworkers`` serves; tasks
 coordinate with the test through events in ``tests.tasks`` (``gate``,

@@ -1,4 +1,4 @@
-"""Owner and System, and how task ids encode ownership (SPEC §3)."""
+"""Owner and System, and how task ids encode ownership."""
 
 from __future__ import annotations
 

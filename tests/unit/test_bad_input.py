@@ -1,4 +1,4 @@
-"""Every bad input raises its specific exception and writes nothing (SPEC §4.1, §8)."""
+"""Every bad input raises its specific exception and writes nothing."""
 
 from __future__ import annotations
 

@@ -1,0 +1,202 @@
+"""From a submission to a record: every field checked, then written in one call.
+
+The public ``submit_task``/``submit_tasks`` and the ``django.tasks`` backend
+both build their records here, so a task is validated the same way whichever
+door it comes in by. Nothing is written until every submission of a batch
+has passed.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.tasks import Task
+from django.utils import timezone
+
+from django_workers import clock
+from django_workers.authority import (
+    SCOPES,
+    Authority,
+    Owner,
+    Scope,
+    scoped_task_key,
+    user_id_of,
+)
+from django_workers.exceptions import AuthorizationError, InvalidTaskKey, InvalidTaskOptions
+from django_workers.options import TaskOptions
+from django_workers.references import TaskRef, task_path, to_json
+from django_workers.stores import NewTask, Submitted, WorkerStore
+
+DEFAULT_QUEUE = "default"
+QUEUE_MAX_LENGTH = 100
+MIN_PRIORITY, MAX_PRIORITY = -100, 100
+DEFAULT_OPTIONS = TaskOptions()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskSubmission:
+    """One task of a ``submit_tasks`` batch; the fields mirror ``submit_task``'s arguments."""
+
+    key: str
+    task: TaskRef
+    args: Sequence[Any] = ()
+    kwargs: Mapping[str, Any] | None = None
+    scope: Scope = "user"
+    watchers: Sequence[Owner] = ()
+    queue: str | None = None
+    priority: int | None = None
+    run_after: datetime | timedelta | None = None
+    options: TaskOptions | None = None
+
+
+def write_tasks(
+    news: Sequence[NewTask], authority: Authority, store: WorkerStore
+) -> list[Submitted]:
+    """Write records ``build_task`` made, then wake the workers of the queues that got runs."""
+    if not news:
+        return []
+    done = store.submit_many(news, user_id_of(authority))
+    created = {new.queue for new, sub in zip(news, done, strict=True) if sub.created}
+    if created:
+        store.notify_enqueued(created)
+    return done
+
+
+def build_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) -> NewTask:
+    """Validate one submission completely and build the record it would write."""
+    if not isinstance(spec, TaskSubmission):
+        raise TypeError(f"submit_tasks takes TaskSubmission objects, got {type(spec).__name__}.")
+    if spec.scope not in SCOPES:
+        raise InvalidTaskKey(f"scope must be 'user' or 'global', got {spec.scope!r}.")
+    task_id = scoped_task_key(spec.key, authority, spec.scope)
+    path = task_path(spec.task)
+    django_task = spec.task if isinstance(spec.task, Task) else None
+    queue = spec.queue
+    if queue is None:  # only None means "the default": an empty name is refused below
+        queue = django_task.queue_name if django_task else DEFAULT_QUEUE
+    queue = _check_queue(queue)
+    _authorize_queue(store, queue, authority)
+    options = spec.options if spec.options is not None else DEFAULT_OPTIONS
+    if not isinstance(options, TaskOptions):
+        raise InvalidTaskOptions(f"options must be a TaskOptions, got {type(options).__name__}.")
+    stored_options = dict(_options_json(options))
+    if django_task is not None and django_task.takes_context:
+        stored_options["takes_context"] = True
+    priority = spec.priority if spec.priority is not None else getattr(django_task, "priority", 0)
+    run_after = (
+        spec.run_after if spec.run_after is not None else getattr(django_task, "run_after", None)
+    )
+    return NewTask(
+        id=task_id,
+        key=spec.key,
+        owner=user_id_of(authority) if spec.scope == "user" else None,
+        scope=spec.scope,
+        task_path=path,
+        args=_check_args(spec.args),
+        kwargs=_check_kwargs(spec.kwargs),
+        queue=queue,
+        priority=_check_priority(priority),
+        run_after=_check_run_after(run_after),
+        options=stored_options,
+        run_id=new_run_id(),
+        created_at=clock.now(),
+        watchers=_watcher_ids(authority, spec.watchers),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _options_json(options: TaskOptions) -> dict[str, Any]:
+    return options.to_json()
+
+
+def new_run_id() -> str:
+    """Mint the identity of a new run."""
+    return uuid.uuid4().hex
+
+
+@functools.lru_cache(maxsize=256)
+def _check_queue(queue: object) -> str:
+    if not isinstance(queue, str) or not 1 <= len(queue) <= QUEUE_MAX_LENGTH:
+        raise InvalidTaskOptions(
+            f"queue must be a name of 1 to {QUEUE_MAX_LENGTH} characters, got {queue!r}."
+        )
+    if not queue.isprintable() or any(c.isspace() for c in queue):
+        raise InvalidTaskOptions(
+            f"queue name {queue!r} may not contain spaces or control characters."
+        )
+    return queue
+
+
+def _authorize_queue(store: WorkerStore, queue: str, authority: Authority) -> None:
+    fn = store.queue_authorizer
+    if isinstance(authority, Owner) and fn is not None and not fn(queue, authority.user_id):
+        raise AuthorizationError(
+            f"{authority.user_id!r} may not submit to queue {queue!r} (refused by the queue "
+            "authorizer)."
+        )
+
+
+def _check_priority(priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidTaskOptions(f"priority must be an int, got {priority!r}.")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidTaskOptions(
+            f"priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}, got {priority}."
+        )
+    return priority
+
+
+def _check_run_after(run_after: object) -> datetime | None:
+    if run_after is None:
+        return None
+    if isinstance(run_after, timedelta):
+        return timezone.now() + run_after
+    if not isinstance(run_after, datetime):
+        raise InvalidTaskOptions(
+            f"run_after must be a datetime or a timedelta, got {type(run_after).__name__}."
+        )
+    if settings.USE_TZ and timezone.is_naive(run_after):
+        raise InvalidTaskOptions(
+            "run_after must be timezone-aware when USE_TZ is on; use django.utils.timezone.now() "
+            "+ timedelta(...)."
+        )
+    return run_after
+
+
+def _check_args(args: object) -> list[Any]:
+    if type(args) in (list, tuple) and not args:
+        return []
+    if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence):
+        raise InvalidTaskOptions(f"args must be a list or tuple, got {type(args).__name__}.")
+    return to_json(list(args), "Task args")
+
+
+def _check_kwargs(kwargs: object) -> dict[str, Any]:
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
+        raise InvalidTaskOptions("kwargs must be a dict with string keys.")
+    return to_json(dict(kwargs), "Task kwargs")
+
+
+def _watcher_ids(authority: Authority, watchers: Sequence[Owner]) -> tuple[str, ...]:
+    if isinstance(watchers, str | Owner) or not isinstance(watchers, Iterable):
+        raise TypeError("watchers must be a list of Owner(...) objects.")
+    ids: list[str] = []
+    if isinstance(authority, Owner):
+        ids.append(authority.user_id)
+    for watcher in watchers:
+        if not isinstance(watcher, Owner):
+            raise TypeError(
+                f"watchers must be Owner(...) objects, got {type(watcher).__name__}; "
+                "System() already sees every task."
+            )
+        if watcher.user_id not in ids:
+            ids.append(watcher.user_id)
+    return tuple(ids)
