@@ -16,6 +16,9 @@ from django_workers.authority import KEY_MAX_LENGTH, OWNER_MAX_LENGTH, TASK_ID_M
 from django_workers.cancellation import CancelReason
 from django_workers.info import TaskStatus
 
+#: The order tasks are claimed in: highest priority first, then oldest, then by id.
+CLAIM_ORDER = ("-priority", "created_at", "id")
+
 
 class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
     """Named queries over task records."""
@@ -27,7 +30,7 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
         )
         if queues:
             qs = qs.filter(queue__in=queues)
-        return qs.order_by("-priority", "created_at", "id")
+        return qs.order_by(*CLAIM_ORDER)
 
     def visible_to(self, user_id: str | None) -> TaskRecordQuerySet:
         """Tasks a user owns or watches; every task for None (System)."""
@@ -83,11 +86,9 @@ class TaskRecord(models.Model):
         ordering = ("-created_at", "-id")
         indexes = (
             # The claim, in its exact order: over all queues, and within given queues.
+            models.Index(fields=("status", *CLAIM_ORDER), name="workers_task_claim"),
             models.Index(
-                fields=("status", "-priority", "created_at", "id"), name="workers_task_claim"
-            ),
-            models.Index(
-                fields=("status", "queue", "-priority", "created_at", "id"),
+                fields=("status", "queue", *CLAIM_ORDER),
                 name="workers_task_claim_queue",
             ),
             # Listing an owner's tasks newest first.

@@ -246,7 +246,7 @@ class DatabaseWorkerStore(WorkerStore):
         limited = [q for q in queue_limits or {} if not queues or q in queues]
         if self.vendor == "postgresql" and not limited:
             found = sql.claim_postgres(connections[self.using], worker_id, queues, limit, now)
-            found.sort(key=lambda r: (-r["priority"], r["created_at"], r["id"]))
+            found.sort(key=rows.claim_order)
             return [rows.info_of(r, r.pop("grants")) for r in found]
         if not sql.any_ready(connections[self.using], queues, now):
             # A plain read first: an idle poll takes no write lock (SQLite has only one).
@@ -278,7 +278,7 @@ class DatabaseWorkerStore(WorkerStore):
                 pk__in=ids, status=TaskStatus.RUNNING, worker_id=worker_id
             )
             claimed = list(found.values(*COLUMNS))
-        claimed.sort(key=lambda r: (-r["priority"], r["created_at"], r["id"]))
+        claimed.sort(key=rows.claim_order)
         return self._infos(claimed)
 
     def _lock_limited_queues(

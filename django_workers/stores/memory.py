@@ -178,7 +178,7 @@ class InMemoryWorkerStore(WorkerStore):
                     and (not queues or row["queue"] in queues)
                     and (row["run_after"] is None or row["run_after"] <= now)
                 ),
-                key=lambda r: (-r["priority"], r["created_at"], r["id"]),
+                key=rows.claim_order,
             )
             claimed: list[TaskInfo] = []
             for row in ready:

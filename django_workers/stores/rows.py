@@ -80,6 +80,11 @@ def info_of(row: Mapping[str, Any], watchers: Iterable[str]) -> TaskInfo:
     )
 
 
+def claim_order(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Sort key of a record's columns in claim order (``models.CLAIM_ORDER``)."""
+    return (-row["priority"], row["created_at"], row["id"])
+
+
 def grants_of(new: NewTask) -> list[str]:
     """Watcher rows a record needs: everyone in ``new.watchers`` but the derived owner."""
     seen: list[str] = []

@@ -26,7 +26,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_workers.info import TaskStatus
 from django_workers.lifecycle import TaskEnd, fields_of
-from django_workers.models import TaskRecord, TaskWatcher
+from django_workers.models import CLAIM_ORDER, TaskRecord, TaskWatcher
 
 JSON_COLUMNS = frozenset({"args", "kwargs", "options", "result", "error", "errors"})
 DATETIME_COLUMNS = frozenset({"run_after", "created_at", "started_at", "finished_at"})
@@ -40,6 +40,9 @@ _FIELDS = [f.attname for f in TaskRecord._meta.concrete_fields]
 _COLUMNS = [cast(str, f.column) for f in TaskRecord._meta.concrete_fields]
 _JSON_INDEXES = [i for i, f in enumerate(_FIELDS) if f in JSON_COLUMNS]
 _dumps = json.dumps
+_CLAIM_ORDER_SQL = ", ".join(
+    f"{name[1:]} DESC" if name.startswith("-") else name for name in CLAIM_ORDER
+)
 
 
 def _q(connection: BaseDatabaseWrapper, name: str) -> str:
@@ -122,7 +125,7 @@ def claim_postgres(
         FROM (
             SELECT id FROM {table}
             WHERE status = %s AND (run_after IS NULL OR run_after <= %s) {queue_filter}
-            ORDER BY priority DESC, created_at, id
+            ORDER BY {_CLAIM_ORDER_SQL}
             LIMIT %s
             FOR UPDATE SKIP LOCKED
         ) AS ready
