@@ -17,6 +17,11 @@ class DjangoWorkersConfig(AppConfig):
 
         # Runs of records enqueued through django.tasks send Django's own task signals,
         # and a takes_context task gets Django's TaskContext.
-        signals.run_started.connect(backends.send_task_started, dispatch_uid="workers-started")
-        signals.run_finished.connect(backends.send_task_finished, dispatch_uid="workers-finished")
+        # Connected only where TASKS uses the backend: a site that does not pays nothing
+        # per task for them.
+        if backends.configured():
+            signals.run_started.connect(backends.send_task_started, dispatch_uid="workers-started")
+            signals.run_finished.connect(
+                backends.send_task_finished, dispatch_uid="workers-finished"
+            )
         set_context_factory(backends.context_of)

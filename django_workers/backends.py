@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from django.apps import apps
+from django.conf import settings
 from django.core.checks import CheckMessage, Error
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
@@ -24,6 +25,7 @@ from django.tasks.base import TaskError
 from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
 from django.tasks.signals import task_enqueued, task_finished, task_started
 from django.utils.json import normalize_json
+from django.utils.module_loading import import_string
 
 from django_workers.api import get_task_status
 from django_workers.authority import System
@@ -212,6 +214,18 @@ def _path(cls: type) -> str:
 def context_of(info: TaskInfo, task: Task) -> TaskContext:
     """The first argument of a ``takes_context=True`` task: Django's TaskContext of this run."""
     return TaskContext(task_result=task_result_of(info))
+
+
+def configured() -> bool:
+    """Whether any TASKS alias uses WorkersBackend (or a subclass of it)."""
+    for config in (getattr(settings, "TASKS", None) or {}).values():
+        try:
+            backend = import_string(config.get("BACKEND", ""))
+        except ImportError:
+            continue
+        if isinstance(backend, type) and issubclass(backend, WorkersBackend):
+            return True
+    return False
 
 
 def send_task_started(sender: object, *, info: TaskInfo, **kwargs: Any) -> None:

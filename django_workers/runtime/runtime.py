@@ -20,7 +20,6 @@ only after an error.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import queue
@@ -31,7 +30,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from django.utils import timezone
@@ -42,10 +40,16 @@ from django_workers.conf import queue_limits, workers_settings
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 from django_workers.live import live_runs
+from django_workers.runtime.reporter import (
+    Reporter,
+    report_ends,
+    report_recovered,
+    worth_reporting,
+)
 from django_workers.runtime.run import RunHandle, execute
 from django_workers.runtime.wakeup import CANCELLED, Listener, parse_notice
 from django_workers.runtime.watchdog import Watchdog
-from django_workers.signals import run_finished, run_started
+from django_workers.signals import run_started
 from django_workers.stores import WorkerStore, default_store
 from django_workers.stores.base import WorkerRegistration
 
@@ -112,7 +116,8 @@ class WorkerRuntime:
         self._check_cancels = threading.Event()
         self._jobs: queue.SimpleQueue[RunHandle | None] = queue.SimpleQueue()
         self._ends: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
-        self._reports: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._reporter = Reporter()
+        self._report = self._reporter.report
         self._threads: list[threading.Thread] = []
         self._watchdog = Watchdog(self._expire)
         self._listener: Listener | None = None
@@ -175,7 +180,7 @@ class WorkerRuntime:
         self._register()
         if self.recover_zombies:
             self._sweep_zombies()
-        self._spawn(self._reporter_loop, "workers-reporter")
+        self._reporter.start()
         self._spawn(self._finisher_loop, "workers-finisher")
         for n in range(self.concurrency):
             self._spawn(self._run_loop, f"workers-run-{n}")
@@ -339,8 +344,10 @@ class WorkerRuntime:
         for (_end, handle, release), _won in zip(batch, won, strict=True):
             if release:
                 self._release(handle)
-        # Logging and signal receivers can block: never on this thread.
-        self._report(self._after_ends, batch, won)
+        # Logging and signal receivers can block: never on this thread. A batch with
+        # nothing to say costs no hand-off at all.
+        if worth_reporting(batch, won):
+            self._report(report_ends, batch, won)
 
     def _end_with_retry(self, ends: list[TaskEnd]) -> list[bool]:
         errors = 0
@@ -377,49 +384,6 @@ class WorkerRuntime:
         )
         return self._end_with_retry([fallback])
 
-    def _after_ends(self, batch: list[_Item], won: list[bool]) -> None:
-        """On the reporter: log each end and tell receivers about the records that ended."""
-        for (end, handle, release), ok in zip(batch, won, strict=True):
-            self._log_end(handle, end, ok, release)
-            if ok:
-                run_finished.send_robust(type(self), info=lifecycle.ended_info(handle.info, end))
-            elif release and handle.token.reason is CancelReason.USER:
-                # cancel_task recorded this run's end before the run stopped: the run
-                # still finished, as what the record says.
-                stored = lifecycle.cancel_end(handle.info, end.finished_at or clock.now())
-                run_finished.send_robust(type(self), info=lifecycle.ended_info(handle.info, stored))
-
-    def _log_end(self, handle: RunHandle, end: TaskEnd, won: bool, returned: bool) -> None:
-        took = time.monotonic() - handle.started
-        if not won and returned and handle.token.requested:
-            logger.info(
-                "Task %s returned %.3f s after it was asked to stop (%s); its record already "
-                "shows that end",
-                handle.task_id,
-                took,
-                handle.token.reason,
-            )
-        elif not won:
-            logger.info(
-                "Task %s run %s ended %s after %.3f s, but its record had moved on "
-                "(cancelled, timed out, superseded or recovered); nothing written",
-                handle.task_id,
-                handle.run_id,
-                end.status,
-                took,
-            )
-        elif end.status == TaskStatus.FAILED:
-            error = end.error or {}
-            logger.warning(
-                "Task %s failed after %.3f s: %s: %s",
-                handle.task_id,
-                took,
-                error.get("type", ""),
-                error.get("message", ""),
-            )
-        else:
-            logger.info("Task %s %s in %.3f s", handle.task_id, end.status.lower(), took)
-
     def _release(self, handle: RunHandle) -> None:
         live_runs.discard(handle)
         with self._lock:
@@ -428,20 +392,6 @@ class WorkerRuntime:
             self._busy -= 1
             self._lock.notify_all()
         self._wake.set()
-
-    # -- reporting --
-
-    def _report(self, fn: Callable[..., Any], *args: Any) -> None:
-        """Run ``fn(*args)`` on the reporter thread (logging, signals: things that can block)."""
-        self._reports.put(functools.partial(fn, *args))
-
-    def _reporter_loop(self) -> None:
-        while (item := self._reports.get()) is not None:
-            try:
-                item()
-            except Exception:
-                logger.exception("Reporting failed; continuing")
-        connections.close_all()
 
     # -- housekeeping --
 
@@ -564,21 +514,9 @@ class WorkerRuntime:
             lease_timeout=self.lease_timeout, now=clock.now(), dead=dead
         )
         if recovered:
-            self._report(self._after_sweep, recovered)
+            self._report(report_recovered, self.store, recovered)
         if dead or recovered:
             self._wake.set()
-
-    def _after_sweep(self, recovered: list[TaskEnd]) -> None:
-        for end in recovered:
-            logger.warning(
-                "Recovered task %s of a dead worker: now %s",
-                end.task_id,
-                lifecycle.fields_of(end)["status"],
-            )
-            if end.is_terminal:
-                info = self.store.get_task_info(end.task_id)
-                if info is not None and info.run_id == end.run_id:
-                    run_finished.send_robust(type(self), info=info)
 
     def cleanup(self) -> int:
         """Delete finished records older than their retention, in bounded batches."""
@@ -681,11 +619,7 @@ class WorkerRuntime:
                 self._report(
                     logger.warning, "Could not remove the lease of %s (%s)", self.worker_id, e
                 )
-        self._reports.put(None)
-        if settled:
-            for thread in self._threads:
-                if thread.name == "workers-reporter":
-                    thread.join(timeout=5.0)
+        self._reporter.stop(wait=5.0 if settled else 0.0)
 
     def _abandon_pending(self) -> None:
         """In-memory store: nothing will run what is queued, so record it cancelled."""
