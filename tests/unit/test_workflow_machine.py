@@ -6,9 +6,12 @@ fixtures, so a store can run the same bodies through itself by overriding them.
 
 from __future__ import annotations
 
+import ast
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -711,6 +714,18 @@ def test_transition_table(c: Case, submit: Submit, apply_event: Apply) -> None:
 
 def test_there_are_enough_cases() -> None:
     assert len(CASES) >= 40
+
+
+def test_the_machine_imports_only_the_standard_library() -> None:
+    tree = ast.parse(Path(machine.__file__).read_text())
+    imported = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert {name.partition(".")[0] for name in imported} <= sys.stdlib_module_names | {"__future__"}
 
 
 # -- start ------------------------------------------------------------------------------------
