@@ -191,8 +191,8 @@ def test_a_cancel_from_another_process_stops_the_run_within_a_second(
     wait_for_status(store, task_id, RUNNING, timeout=20.0)
     info = cancel_task(task_id, System())
     assert (info.status, info.cancel_reason) == (CANCELLED, CancelReason.USER)
-    wait_until(marker.exists, timeout=1.5)
-    assert marker.read_text() == "user"
+    # The file exists a moment before its text does.
+    assert wait_until(lambda: marker.exists() and marker.read_text(), timeout=1.5) == "user"
     after = store.get_task_info(task_id)
     assert after is not None
     assert error_of(after)[1] == "Cancelled by user"

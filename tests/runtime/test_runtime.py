@@ -296,8 +296,8 @@ def test_a_cancel_written_by_another_process_reaches_the_run(
     running = wait_for_status(tx_store, task_id, RUNNING)
     # What cancel_task does in another process: claim the record, with no live run to poke.
     assert tx_store.end_tasks([lifecycle.cancel_end(running, clock.now())]) == [True]
-    wait_until(marker.exists, timeout=5.0)  # the poll (every 0.5 s) delivered it
-    assert marker.read_text() == "user"
+    # The poll (every 0.5 s) delivered it; the file exists a moment before its text does.
+    assert wait_until(lambda: marker.exists() and marker.read_text(), timeout=5.0) == "user"
     wait_until(idle(served))
 
 
