@@ -50,6 +50,30 @@ def wait_for_cancel(limit: float = 30.0) -> str:
     return "not cancelled"
 
 
+def record_start() -> None:
+    """Insert an ``Execution`` row for this run: the sign, seen from another process, it began."""
+    import os
+
+    from django.utils import timezone
+
+    from django_workers import current_run
+    from tests.models import Execution
+
+    Execution.objects.create(task_id=current_run().id, pid=os.getpid(), started_at=timezone.now())
+
+
+def started_then_wait_for_cancel(limit: float = 30.0) -> str:
+    """``record_start()``, then ``wait_for_cancel(limit)``."""
+    record_start()
+    return wait_for_cancel(limit)
+
+
+def started_then_ignore_cancel(seconds: float) -> str:
+    """``record_start()``, then ``ignore_cancel(seconds)``."""
+    record_start()
+    return ignore_cancel(seconds)
+
+
 def ignore_cancel(seconds: float) -> str:
     """Run for ``seconds`` without ever looking at the token."""
     import time

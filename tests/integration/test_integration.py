@@ -128,12 +128,18 @@ def _alive(pid: int) -> bool:
 # -- SIGTERM --------------------------------------------------------------------------------
 
 
+def wait_started(task_id: str) -> None:
+    """Wait until the task's function has begun (not only been claimed: a claimed task that
+    has not started when a stop comes goes back to its queue)."""
+    wait_until(lambda: Execution.objects.filter(task_id=task_id).exists(), timeout=20.0)
+
+
 def test_sigterm_drains_a_cooperating_run(
     store: DatabaseWorkerStore, worker_processes: WorkerProcesses
 ) -> None:
     worker = worker_processes.start("--drain-timeout", "20")
-    task_id = submit("wait", tasks.wait_for_cancel)
-    wait_for_status(store, task_id, RUNNING, timeout=20.0)
+    task_id = submit("wait", tasks.started_then_wait_for_cancel)
+    wait_started(task_id)
     worker.send(signal.SIGTERM)
     assert worker.wait(20.0) == 0, worker.log()
     info = store.get_task_info(task_id)
@@ -147,8 +153,8 @@ def test_sigterm_leaves_a_run_past_the_drain_timeout_to_the_next_sweep(
     store: DatabaseWorkerStore, worker_processes: WorkerProcesses
 ) -> None:
     worker = worker_processes.start("--drain-timeout", "0.5")
-    task_id = submit("ignores", tasks.ignore_cancel, args=[60])
-    wait_for_status(store, task_id, RUNNING, timeout=20.0)
+    task_id = submit("ignores", tasks.started_then_ignore_cancel, args=[60])
+    wait_started(task_id)
     worker.send(signal.SIGTERM)
     assert worker.wait(10.0) == 3, worker.log()
     left = store.get_task_info(task_id)
@@ -165,8 +171,8 @@ def test_a_second_sigterm_exits_at_once(
 ) -> None:
     worker = worker_processes.start("--drain-timeout", "60", "--processes", processes)
     worker_processes.wait_registered(int(processes))
-    task_id = submit("ignores", tasks.ignore_cancel, args=[60])
-    wait_for_status(store, task_id, RUNNING, timeout=20.0)
+    task_id = submit("ignores", tasks.started_then_ignore_cancel, args=[60])
+    wait_started(task_id)
     worker.send(signal.SIGTERM)
     worker.wait_for_log("Got SIGTERM")
     signalled = time.monotonic()
