@@ -50,6 +50,13 @@ def wait_for_cancel(limit: float = 30.0) -> str:
     return "not cancelled"
 
 
+def counted_wait_for_cancel(name: str) -> str:
+    """Count the call in ``calls[name]`` (the sign it started), then ``wait_for_cancel()``."""
+    with _lock:
+        calls[name] += 1
+    return wait_for_cancel()
+
+
 def record_start() -> None:
     """Insert an ``Execution`` row for this run: the sign, seen from another process, it began."""
     import os

@@ -349,10 +349,12 @@ def test_a_token_keeps_its_first_reason() -> None:
 # -- shutdown -------------------------------------------------------------------------------
 
 
-def test_shutdown_cancels_a_cooperating_run(tx_store: WorkerStore, runtimes: Start) -> None:
+def test_shutdown_cancels_a_cooperating_run(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
     served = runtimes(tx_store, drain_timeout=10.0)
-    task_id = submit(tx_store, "wait", tasks.wait_for_cancel)
-    wait_for_status(tx_store, task_id, RUNNING)
+    task_id = submit(tx_store, "wait", tasks.counted_wait_for_cancel, args=[name])
+    wait_until(lambda: tasks.calls[name] == 1)  # started, not only claimed
     assert served.stop() == EXIT_OK
     info = info_of(tx_store, task_id)
     assert (info.status, info.cancel_reason) == (CANCELLED, CancelReason.SHUTDOWN)
