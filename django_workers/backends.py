@@ -32,6 +32,7 @@ from django_workers.api import get_task_status
 from django_workers.authority import System
 from django_workers.cancellation import cancel_message
 from django_workers.exceptions import (
+    ArgumentsTooLarge,
     InvalidTaskKey,
     InvalidTaskOptions,
     TaskCancelled,
@@ -103,7 +104,7 @@ class WorkersBackend(BaseTaskBackend):
         store = default_store()
         try:
             new = build_task(spec, System(), store)
-        except (TaskNotImportable, InvalidTaskOptions) as e:
+        except (TaskNotImportable, InvalidTaskOptions, ArgumentsTooLarge) as e:
             raise InvalidTask(str(e)) from e
         new = dataclasses.replace(new, options={**new.options, BACKEND_OPTION: self.alias})
         write_tasks([new], System(), store)
