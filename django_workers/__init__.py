@@ -16,6 +16,7 @@ from django_workers.authority import Owner, System, owner_of, scoped_task_key
 from django_workers.cancellation import CancelReason
 from django_workers.exceptions import (
     ArgumentsNotSerializable,
+    ArgumentsTooLarge,
     AuthorizationError,
     InvalidTaskKey,
     InvalidTaskOptions,
@@ -39,6 +40,7 @@ from django_workers.stores import default_store, set_queue_authorizer, set_watch
 
 __all__ = [
     "ArgumentsNotSerializable",
+    "ArgumentsTooLarge",
     "AuthorizationError",
     "CancelReason",
     "InvalidTaskKey",

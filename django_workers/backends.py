@@ -19,6 +19,7 @@ from typing import Any, cast
 from django.apps import apps
 from django.conf import settings
 from django.core.checks import CheckMessage, Error
+from django.core.exceptions import ImproperlyConfigured
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import TaskError
@@ -31,6 +32,7 @@ from django_workers.api import get_task_status
 from django_workers.authority import System
 from django_workers.cancellation import cancel_message
 from django_workers.exceptions import (
+    ArgumentsTooLarge,
     InvalidTaskKey,
     InvalidTaskOptions,
     TaskCancelled,
@@ -46,6 +48,11 @@ logger = logging.getLogger(__name__)
 
 #: The key of a record's options that holds the alias it was enqueued through.
 BACKEND_OPTION = "backend"
+
+INSTALL_HINT = (
+    "Add 'django_workers' to INSTALLED_APPS, run 'python manage.py migrate', and start "
+    "'python manage.py runworkers' to execute the tasks."
+)
 
 #: How our statuses read in Django's vocabulary.
 STATUSES: Mapping[TaskStatus, TaskResultStatus] = {
@@ -86,6 +93,7 @@ class WorkersBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> TaskResult:
         """Write a global-scope record for ``task`` and return its READY TaskResult."""
+        self._require_app()
         self.validate_task(task)
         # Refuse what Django's TaskResult would refuse, before anything is written.
         args = cast(list[Any], normalize_json(args))
@@ -96,7 +104,7 @@ class WorkersBackend(BaseTaskBackend):
         store = default_store()
         try:
             new = build_task(spec, System(), store)
-        except (TaskNotImportable, InvalidTaskOptions) as e:
+        except (TaskNotImportable, InvalidTaskOptions, ArgumentsTooLarge) as e:
             raise InvalidTask(str(e)) from e
         new = dataclasses.replace(new, options={**new.options, BACKEND_OPTION: self.alias})
         write_tasks([new], System(), store)
@@ -119,6 +127,7 @@ class WorkersBackend(BaseTaskBackend):
 
     def get_result(self, result_id: str) -> TaskResult:
         """The TaskResult of a record enqueued through a django.tasks backend."""
+        self._require_app()
         try:
             info = get_task_status(str(result_id), System())
         except (TaskNotFound, InvalidTaskKey):
@@ -135,10 +144,18 @@ class WorkersBackend(BaseTaskBackend):
         return [
             Error(
                 f"TASKS[{self.alias!r}] uses WorkersBackend, but django_workers is not installed.",
-                hint="Add 'django_workers' to INSTALLED_APPS and run migrate.",
+                hint=INSTALL_HINT,
                 id="django_workers.E010",
             )
         ]
+
+    def _require_app(self) -> None:
+        # The records are this app's models: without it Django fails deep in the ORM.
+        if not apps.is_installed("django_workers"):
+            raise ImproperlyConfigured(
+                f"TASKS[{self.alias!r}] uses django_workers.backends.WorkersBackend, but "
+                f"'django_workers' is not in INSTALLED_APPS. {INSTALL_HINT}"
+            )
 
 
 def task_result_of(info: TaskInfo) -> TaskResult:

@@ -1,24 +1,57 @@
-"""System checks: misconfiguration is reported at start-up with a hint, not deep in a worker."""
+"""System checks: misconfiguration is reported at start-up with a hint, not deep in a worker.
+
+Every check only reads: a wrong value of any type is an Error with its own id,
+never an exception out of the check. ``manage.py check`` runs the settings
+checks; ``runworkers`` also runs the database checks (migrations applied).
+"""
 
 from __future__ import annotations
 
+import difflib
+import math
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.db import DatabaseError, connections
 from django.utils.module_loading import import_string
 
-from django_workers.conf import workers_settings
+from django_workers.conf import DEFAULTS, workers_settings
+
+#: The keys a DJANGO_WORKERS["QUEUES"] entry may have.
+QUEUE_KEYS = frozenset({"concurrency"})
+
+#: The statuses RETENTION may name: the finished ones.
+RETENTION_STATUSES = ("COMPLETED", "FAILED", "CANCELLED")
+
+#: Number settings, each with its test and how the test reads.
+NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
+    "HEARTBEAT_INTERVAL": (lambda n: n > 0, "a number of seconds > 0"),
+    "LEASE_TIMEOUT": (lambda n: n > 0, "a number of seconds > 0"),
+    "POLL_INTERVAL": (lambda n: n > 0, "a number of seconds > 0 (0 would busy-poll a core)"),
+    "PROGRESS_THROTTLE": (lambda n: n >= 0, "a number of seconds >= 0"),
+    "RETRY_BACKOFF": (lambda n: n >= 0, "a number of seconds >= 0"),
+    "RETRY_BACKOFF_MAX": (lambda n: n >= 0, "a number of seconds >= 0"),
+    "CLEANUP_INTERVAL": (lambda n: n > 0, "a number of seconds > 0"),
+}
+
+#: Settings that are a count of bytes or rows.
+POSITIVE_INTS = ("RESULT_MAX_BYTES", "ARGS_MAX_BYTES", "CLEANUP_BATCH")
+
+DOTTED_PATHS = ("STORE", "QUEUE_AUTHORIZER", "WATCH_AUTHORIZER")
 
 
-@register(Tags.database, Tags.compatibility)
+@register(Tags.compatibility)
 def check_sqlite_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Warn when the workers' SQLite database lacks WAL, IMMEDIATE and a busy timeout."""
     alias = workers_settings.DATABASE
-    db = settings.DATABASES.get(alias, {})
-    if "sqlite3" not in db.get("ENGINE", ""):
+    db = settings.DATABASES.get(alias) if isinstance(alias, str) else None
+    if not isinstance(db, dict) or "sqlite3" not in str(db.get("ENGINE", "")):
         return []
-    options = db.get("OPTIONS", {})
+    options = db.get("OPTIONS") or {}
+    if not isinstance(options, dict):
+        return []
     problems = []
     if options.get("transaction_mode") != "IMMEDIATE":
         problems.append('"transaction_mode": "IMMEDIATE"')
@@ -40,22 +73,110 @@ def check_sqlite_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
 
 @register()
 def check_workers_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Report dotted paths that do not import and malformed queue settings."""
-    errors: list[CheckMessage] = []
-    for name in ("STORE", "QUEUE_AUTHORIZER", "WATCH_AUTHORIZER"):
-        path = getattr(workers_settings, name)
-        if path is None:
-            continue
-        try:
-            import_string(path)
-        except ImportError as e:
-            errors.append(
-                Error(
-                    f"DJANGO_WORKERS[{name!r}] = {path!r} cannot be imported: {e}",
-                    hint="Give the full dotted path of an importable object.",
-                    id="django_workers.E001",
-                )
+    """Report every DJANGO_WORKERS key or value that is unknown, mistyped or out of range."""
+    user = getattr(settings, "DJANGO_WORKERS", {})
+    if user is None:
+        return []
+    if not isinstance(user, dict):
+        return [
+            Error(
+                f"DJANGO_WORKERS must be a dict, got {type(user).__name__}.",
+                hint='Write DJANGO_WORKERS = {"QUEUES": {...}, ...}, or leave it out for the '
+                "defaults.",
+                id="django_workers.E004",
             )
+        ]
+    errors = _unknown_keys(user)
+    errors += _dotted_paths()
+    errors += _database_alias()
+    errors += _numbers()
+    errors += _positive_ints()
+    errors += _queues()
+    errors += _only_listed_queues()
+    errors += _retention()
+    return errors
+
+
+def _unknown_keys(user: dict[Any, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for key in user:
+        if key in DEFAULTS:
+            continue
+        errors.append(
+            Error(
+                f"DJANGO_WORKERS has an unknown key {key!r}; it is ignored.",
+                hint=_did_you_mean(key, DEFAULTS) + "The keys are listed in docs/runtime.md "
+                "(Settings).",
+                id="django_workers.E005",
+            )
+        )
+    return errors
+
+
+def _did_you_mean(key: object, known: Any) -> str:
+    close = difflib.get_close_matches(str(key).upper(), list(known), n=1)
+    if not close:
+        close = difflib.get_close_matches(str(key), list(known), n=1)
+    return f"Did you mean {close[0]!r}? " if close else ""
+
+
+def _dotted_paths() -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for name in DOTTED_PATHS:
+        path = getattr(workers_settings, name)
+        if path is None and name != "STORE":
+            continue
+        if not isinstance(path, str):
+            problem = f"must be a dotted path string, got {type(path).__name__}"
+        else:
+            try:
+                import_string(path)
+                continue
+            except ImportError as e:
+                problem = f"= {path!r} cannot be imported: {e}"
+        errors.append(
+            Error(
+                f"DJANGO_WORKERS[{name!r}] {problem}",
+                hint="Give the full dotted path of an importable object, e.g. "
+                f"{DEFAULTS['STORE']!r}.",
+                id="django_workers.E001",
+            )
+        )
+    return errors
+
+
+def _database_alias() -> list[CheckMessage]:
+    alias = workers_settings.DATABASE
+    if isinstance(alias, str) and alias in settings.DATABASES:
+        return []
+    return [
+        Error(
+            f"DJANGO_WORKERS['DATABASE'] = {alias!r} is not a database alias of this site.",
+            hint=f"Use one of the keys of DATABASES: {', '.join(map(repr, settings.DATABASES))}.",
+            id="django_workers.E011",
+        )
+    ]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _numbers() -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for name, (ok, wanted) in NUMBERS.items():
+        value = getattr(workers_settings, name)
+        if _is_number(value) and ok(value):
+            continue
+        errors.append(
+            Error(
+                f"DJANGO_WORKERS[{name!r}] must be {wanted}, got {value!r}.",
+                hint=f"Write a number such as {DEFAULTS[name]!r} (the default), not a string.",
+                id="django_workers.E006",
+            )
+        )
+    if errors:
+        return errors
     heartbeat, lease = workers_settings.HEARTBEAT_INTERVAL, workers_settings.LEASE_TIMEOUT
     if heartbeat * 2 > lease:
         errors.append(
@@ -67,24 +188,140 @@ def check_workers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
                 id="django_workers.E003",
             )
         )
-    queues = workers_settings.QUEUES
-    if not isinstance(queues, dict):
+    return errors
+
+
+def _positive_ints() -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for name in POSITIVE_INTS:
+        value = getattr(workers_settings, name)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            continue
         errors.append(
             Error(
-                "DJANGO_WORKERS['QUEUES'] must be a dict.",
-                hint='Map queue names to settings, e.g. {"reports": {"concurrency": 1}}.',
-                id="django_workers.E002",
+                f"DJANGO_WORKERS[{name!r}] must be an int >= 1, got {value!r}.",
+                hint=f"Write a whole number such as {DEFAULTS[name]!r} (the default).",
+                id="django_workers.E007",
             )
         )
-        return errors
+    return errors
+
+
+def _queues() -> list[CheckMessage]:
+    queues = workers_settings.QUEUES
+    if not isinstance(queues, dict):
+        return [_queue_error("DJANGO_WORKERS['QUEUES'] must be a dict of dicts.")]
+    errors: list[CheckMessage] = []
     for queue, conf in queues.items():
-        limit = conf.get("concurrency") if isinstance(conf, dict) else None
-        if limit is not None and (not isinstance(limit, int) or limit < 1):
+        where = f"DJANGO_WORKERS['QUEUES'][{queue!r}]"
+        if not isinstance(queue, str) or not queue:
+            errors.append(_queue_error(f"{where}: a queue name must be a non-empty string."))
+            continue
+        if not isinstance(conf, dict):
+            errors.append(_queue_error(f"{where} must be a dict, got {type(conf).__name__}."))
+            continue
+        for key in conf:
+            if key not in QUEUE_KEYS:
+                errors.append(
+                    Error(
+                        f"{where} has an unknown key {key!r}; it is ignored.",
+                        hint=_did_you_mean(str(key).lower(), QUEUE_KEYS)
+                        + f"A queue's keys are: {', '.join(sorted(QUEUE_KEYS))}.",
+                        id="django_workers.E008",
+                    )
+                )
+        limit = conf.get("concurrency")
+        if limit is not None and (
+            not isinstance(limit, int) or isinstance(limit, bool) or limit < 1
+        ):
+            errors.append(_queue_error(f"{where}['concurrency'] must be an int >= 1."))
+    return errors
+
+
+def _queue_error(message: str) -> Error:
+    return Error(
+        message,
+        hint='Map queue names to settings, e.g. {"reports": {"concurrency": 1}}; use 1 for a '
+        "sequential queue, or leave concurrency out for no limit.",
+        id="django_workers.E002",
+    )
+
+
+def _only_listed_queues() -> list[CheckMessage]:
+    value = workers_settings.ONLY_LISTED_QUEUES
+    if isinstance(value, bool):
+        return []
+    return [
+        Error(
+            f"DJANGO_WORKERS['ONLY_LISTED_QUEUES'] must be True or False, got {value!r}.",
+            hint="True makes submit refuse a queue that QUEUES does not name (besides 'default').",
+            id="django_workers.E009",
+        )
+    ]
+
+
+def _retention() -> list[CheckMessage]:
+    retention = workers_settings.RETENTION
+    if not isinstance(retention, dict):
+        return [_retention_error(f"must be a dict, got {type(retention).__name__}.")]
+    errors: list[CheckMessage] = []
+    for status, seconds in retention.items():
+        if status not in RETENTION_STATUSES:
             errors.append(
-                Error(
-                    f"DJANGO_WORKERS['QUEUES'][{queue!r}]['concurrency'] must be an int >= 1.",
-                    hint="Use 1 for a sequential queue, or leave it out for no limit.",
-                    id="django_workers.E002",
+                _retention_error(
+                    f"names {status!r}, which is not a finished status.",
+                    _did_you_mean(status, RETENTION_STATUSES),
                 )
             )
+        elif seconds is not None and not (_is_number(seconds) and seconds >= 0):
+            errors.append(
+                _retention_error(f"[{status!r}] must be seconds >= 0 or None, got {seconds!r}.")
+            )
     return errors
+
+
+def _retention_error(problem: str, did_you_mean: str = "") -> Error:
+    return Error(
+        f"DJANGO_WORKERS['RETENTION'] {problem}",
+        hint=did_you_mean + "Map COMPLETED, FAILED or CANCELLED to seconds, or to None to keep "
+        "those tasks forever; a status left out keeps its default.",
+        id="django_workers.E012",
+    )
+
+
+@register(Tags.database)
+def check_migrations_applied(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Report a workers database whose django_workers migrations are not all applied."""
+    alias = workers_settings.DATABASE
+    if not databases or not isinstance(alias, str) or alias not in databases:
+        return []
+    if alias not in settings.DATABASES:
+        return []  # E011 reports it
+    from django.db.migrations.executor import MigrationExecutor
+
+    try:
+        executor = MigrationExecutor(connections[alias])
+        leaves = executor.loader.graph.leaf_nodes("django_workers")
+        pending = executor.migration_plan(leaves)
+    except DatabaseError as e:
+        return [
+            Error(
+                f"Cannot read the migrations of database {alias!r}: {e}",
+                hint="Check that the database server is running and that DATABASES["
+                f"{alias!r}] points at it.",
+                id="django_workers.E014",
+            )
+        ]
+    if not pending:
+        return []
+    return [
+        Error(
+            f"Database {alias!r} lacks the django-workers tables: the migrations of "
+            "django_workers are not all applied.",
+            hint=f"Run 'python manage.py migrate' (with --database {alias} if it is not the "
+            "default), then start the workers again.",
+            id="django_workers.E013",
+        )
+    ]

@@ -24,8 +24,12 @@ DEFAULTS: dict[str, Any] = {
     "WATCH_AUTHORIZER": None,
     # Per-queue settings: {"reports": {"concurrency": 1}}; concurrency is cluster-wide.
     "QUEUES": {},
+    # Submit refuses a queue not named in QUEUES (or "default") when True.
+    "ONLY_LISTED_QUEUES": False,
     # Largest JSON result a run may store, in bytes.
     "RESULT_MAX_BYTES": 64 * 1024,
+    # Largest JSON of a task's args and kwargs together, in bytes.
+    "ARGS_MAX_BYTES": 1024 * 1024,
     # Seconds between worker heartbeats, and the lease after which a silent worker is dead.
     "HEARTBEAT_INTERVAL": 5.0,
     "LEASE_TIMEOUT": 30.0,
@@ -58,8 +62,7 @@ class WorkersSettings:
         if name not in DEFAULTS:
             raise AttributeError(f"Unknown DJANGO_WORKERS setting {name!r}")
         if name not in self._cache:
-            user = getattr(settings, "DJANGO_WORKERS", {}) or {}
-            value = user.get(name, DEFAULTS[name])
+            value = user_settings().get(name, DEFAULTS[name])
             if name in MERGED and isinstance(value, dict):
                 # Naming one status keeps the defaults of the others.
                 value = {**DEFAULTS[name], **value}
@@ -74,13 +77,34 @@ class WorkersSettings:
 workers_settings = WorkersSettings()
 
 
+def user_settings() -> dict[str, Any]:
+    """The site's DJANGO_WORKERS dict; anything else reads as {} (the system checks report it)."""
+    user = getattr(settings, "DJANGO_WORKERS", None)
+    return user if isinstance(user, dict) else {}
+
+
 def queue_limits() -> dict[str, int]:
     """Cluster-wide concurrency limits from DJANGO_WORKERS['QUEUES'] (name -> most at once)."""
+    queues = workers_settings.QUEUES
+    if not isinstance(queues, dict):
+        return {}
     return {
         name: conf["concurrency"]
-        for name, conf in (workers_settings.QUEUES or {}).items()
-        if isinstance(conf, dict) and conf.get("concurrency")
+        for name, conf in queues.items()
+        if isinstance(conf, dict) and _is_positive_int(conf.get("concurrency"))
     }
+
+
+def listed_queues() -> frozenset[str] | None:
+    """The queues submit accepts when ONLY_LISTED_QUEUES is on; None when every queue is."""
+    if workers_settings.ONLY_LISTED_QUEUES is not True:
+        return None
+    queues = workers_settings.QUEUES
+    return frozenset({"default", *(queues if isinstance(queues, dict) else ())})
+
+
+def _is_positive_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
 @receiver(setting_changed)

@@ -72,6 +72,21 @@ class ArgumentsNotSerializable(WorkersError, TypeError):
     code = "not_serializable"
 
 
+class ArgumentsTooLarge(WorkersError, ValueError):
+    """A task's args and kwargs are more JSON than DJANGO_WORKERS["ARGS_MAX_BYTES"] allows."""
+
+    code = "arguments_too_large"
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"The task's args and kwargs are {size} bytes of JSON; at most {limit} are accepted "
+            "(DJANGO_WORKERS['ARGS_MAX_BYTES']). Store large data elsewhere (a file, a model "
+            "row) and pass its id or path."
+        )
+
+
 class TaskTimeoutError(WorkersError, TimeoutError):
     """A run outlived its TaskOptions(timeout=...)."""
 

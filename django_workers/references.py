@@ -94,6 +94,11 @@ def resolve(path: str) -> Callable[..., Any] | Task:
 
 def to_json(value: Any, what: str) -> Any:
     """Return ``value`` as it reads back from JSON, or raise ArgumentsNotSerializable."""
+    return to_sized_json(value, what)[0]
+
+
+def to_sized_json(value: Any, what: str) -> tuple[Any, int]:
+    """``to_json``, and the bytes of the JSON it produced (ASCII: one byte a character)."""
     try:
         text = json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False)
     except (TypeError, ValueError) as e:
@@ -109,7 +114,7 @@ def to_json(value: Any, what: str) -> Any:
             f"{what} contains a NUL character (\\u0000), which PostgreSQL cannot store in "
             "JSON; remove it or encode the data (e.g. base64) first."
         )
-    return loaded
+    return loaded, len(text)
 
 
 def _has_nul(value: Any) -> bool:

@@ -28,9 +28,15 @@ from django_workers.authority import (
     scoped_task_key,
     user_id_of,
 )
-from django_workers.exceptions import AuthorizationError, InvalidTaskKey, InvalidTaskOptions
+from django_workers.conf import listed_queues, workers_settings
+from django_workers.exceptions import (
+    ArgumentsTooLarge,
+    AuthorizationError,
+    InvalidTaskKey,
+    InvalidTaskOptions,
+)
 from django_workers.options import TaskOptions
-from django_workers.references import TaskRef, task_path, to_json
+from django_workers.references import TaskRef, task_path, to_sized_json
 from django_workers.stores import NewTask, Submitted, WorkerStore
 
 DEFAULT_QUEUE = "default"
@@ -81,6 +87,7 @@ def build_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) -
     if queue is None:  # only None means "the default": an empty name is refused below
         queue = django_task.queue_name if django_task else DEFAULT_QUEUE
     queue = _check_queue(queue)
+    _check_listed(queue)
     _authorize_queue(store, queue, authority)
     options = spec.options if spec.options is not None else DEFAULT_OPTIONS
     if not isinstance(options, TaskOptions):
@@ -92,14 +99,17 @@ def build_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) -
     run_after = (
         spec.run_after if spec.run_after is not None else getattr(django_task, "run_after", None)
     )
+    args, args_size = _check_args(spec.args)
+    kwargs, kwargs_size = _check_kwargs(spec.kwargs)
+    _check_size(args_size + kwargs_size)
     return NewTask(
         id=task_id,
         key=spec.key,
         owner=user_id_of(authority) if spec.scope == "user" else None,
         scope=spec.scope,
         task_path=path,
-        args=_check_args(spec.args),
-        kwargs=_check_kwargs(spec.kwargs),
+        args=args,
+        kwargs=kwargs,
         queue=queue,
         priority=_check_priority(priority),
         run_after=_check_run_after(run_after),
@@ -131,6 +141,16 @@ def _check_queue(queue: object) -> str:
             f"queue name {queue!r} may not contain spaces or control characters."
         )
     return queue
+
+
+def _check_listed(queue: str) -> None:
+    listed = listed_queues()
+    if listed is not None and queue not in listed:
+        raise InvalidTaskOptions(
+            f"queue {queue!r} is not named in DJANGO_WORKERS['QUEUES'], and ONLY_LISTED_QUEUES "
+            f"accepts only those (and 'default'): {', '.join(sorted(map(repr, listed)))}. Fix "
+            f'the queue name, or add it to QUEUES, e.g. {{"{queue}": {{}}}}.'
+        )
 
 
 def _authorize_queue(store: WorkerStore, queue: str, authority: Authority) -> None:
@@ -169,20 +189,28 @@ def _check_run_after(run_after: object) -> datetime | None:
     return run_after
 
 
-def _check_args(args: object) -> list[Any]:
+def _check_args(args: object) -> tuple[list[Any], int]:
     if type(args) in (list, tuple) and not args:
-        return []
+        return [], 2
     if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence):
         raise InvalidTaskOptions(f"args must be a list or tuple, got {type(args).__name__}.")
-    return to_json(list(args), "Task args")
+    loaded, size = to_sized_json(list(args), "Task args")
+    return loaded, size
 
 
-def _check_kwargs(kwargs: object) -> dict[str, Any]:
+def _check_kwargs(kwargs: object) -> tuple[dict[str, Any], int]:
     if kwargs is None:
-        return {}
+        return {}, 2
     if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
         raise InvalidTaskOptions("kwargs must be a dict with string keys.")
-    return to_json(dict(kwargs), "Task kwargs")
+    loaded, size = to_sized_json(dict(kwargs), "Task kwargs")
+    return loaded, size
+
+
+def _check_size(size: int) -> None:
+    limit = workers_settings.ARGS_MAX_BYTES
+    if size > limit:
+        raise ArgumentsTooLarge(size, limit)
 
 
 def _watcher_ids(authority: Authority, watchers: Sequence[Owner]) -> tuple[str, ...]:

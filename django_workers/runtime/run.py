@@ -152,7 +152,10 @@ def execute(handle: RunHandle) -> TaskEnd:
                 if not _wait_to_retry(handle, failure):
                     return _end_after_wait(handle)
                 continue
-            return _completed(handle, value)
+            try:
+                return _completed(handle, value)
+            except Exception as e:  # a wrong setting or a bug: FAILED with the cause, not RUNNING
+                return handle.failed_end(failure_of(e))
     finally:
         unbind_current(bound)
 

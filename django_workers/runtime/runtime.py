@@ -46,7 +46,7 @@ from django_workers.runtime.reporter import (
     report_recovered,
     worth_reporting,
 )
-from django_workers.runtime.run import RunHandle, execute
+from django_workers.runtime.run import RunHandle, execute, failure_of
 from django_workers.runtime.wakeup import CANCELLED, Listener, parse_notice
 from django_workers.runtime.watchdog import Watchdog
 from django_workers.signals import run_started
@@ -282,9 +282,9 @@ class WorkerRuntime:
             run_started.send_robust(type(self), info=handle.info)
             try:
                 end = execute(handle)
-            except BaseException:  # execute never raises; a worker thread must not die anyway
+            except BaseException as e:  # execute never raises; a worker thread must not die anyway
                 logger.exception("Unexpected error running %s", handle.task_id)
-                end = handle.cancelled_end(CancelReason.SUPERSEDED)
+                end = handle.failed_end(failure_of(e))
             handle.returned = True
             self._ends.put((end, handle, True))
         connections.close_all()

@@ -425,6 +425,27 @@ def test_validate_on_enqueue(db_store: DatabaseWorkerStore) -> None:
     assert TaskRecord.objects.count() == 0
 
 
+def test_enqueue_refuses_arguments_over_the_cap(db_store: DatabaseWorkerStore) -> None:
+    with (
+        override_settings(DJANGO_WORKERS={"ARGS_MAX_BYTES": 100}),
+        pytest.raises(InvalidTask, match="ARGS_MAX_BYTES"),
+    ):
+        t.dj_noop.enqueue("x" * 200)
+    assert TaskRecord.objects.count() == 0
+
+
+def test_enqueue_refuses_a_queue_the_site_did_not_list(db_store: DatabaseWorkerStore) -> None:
+    listed = {"QUEUES": {"reports": {}}, "ONLY_LISTED_QUEUES": True}
+    with override_settings(TASKS=tasks_setting(QUEUES=[])):
+        unlisted = t.dj_noop.using(queue_name="emails")
+    with (
+        override_settings(TASKS=tasks_setting(QUEUES=[]), DJANGO_WORKERS=listed),
+        pytest.raises(InvalidTask, match="'emails' is not named in DJANGO_WORKERS"),
+    ):
+        unlisted.enqueue()
+    assert TaskRecord.objects.count() == 0
+
+
 def test_the_default_queues_are_djangos(db_store: DatabaseWorkerStore) -> None:
     with pytest.raises(InvalidTask, match="Queue 'reports' is not valid for backend"):
         t.dj_noop.using(queue_name="reports")

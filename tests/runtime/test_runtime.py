@@ -153,6 +153,37 @@ def test_a_result_over_the_size_cap_fails_the_run(tx_store: WorkerStore, runtime
     assert info.result is None
 
 
+def test_a_wrong_result_cap_setting_fails_the_run_with_its_cause(
+    tx_store: WorkerStore, runtimes: Start
+) -> None:
+    with override_settings(DJANGO_WORKERS={"RESULT_MAX_BYTES": "big"}):
+        runtimes(tx_store)
+        task_id = submit(tx_store, "capped", tasks.big_result, args=[10])
+        info = wait_for_status(tx_store, task_id, FAILED)
+    kind, message = error_of(info)
+    assert kind == "builtins.TypeError"
+    assert "'>' not supported" in message
+    assert info.error is not None
+    assert "_completed" in info.error.traceback
+
+
+def test_an_error_out_of_the_run_path_fails_the_run_with_its_cause(
+    tx_store: WorkerStore, runtimes: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(handle: RunHandle) -> Any:
+        raise RuntimeError("the run path broke")
+
+    monkeypatch.setattr("django_workers.runtime.runtime.execute", broken)
+    runtimes(tx_store, concurrency=1)
+    task_id = submit(tx_store, "broken", tasks.noop)
+    info = wait_for_status(tx_store, task_id, FAILED)
+    assert error_of(info) == ("builtins.RuntimeError", "the run path broke")
+    assert info.cancel_reason is CancelReason.NONE  # not passed off as a supersede
+    # The one run thread lived on: the next task runs on it.
+    monkeypatch.undo()
+    wait_for_status(tx_store, submit(tx_store, "after", tasks.noop), COMPLETED)
+
+
 def test_an_unserializable_result_fails_the_run(tx_store: WorkerStore, runtimes: Start) -> None:
     runtimes(tx_store)
     task_id = submit(tx_store, "object", tasks.returns_unserializable)

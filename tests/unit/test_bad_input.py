@@ -9,9 +9,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.test import override_settings
 
 from django_workers import (
     ArgumentsNotSerializable,
+    ArgumentsTooLarge,
     InvalidTaskKey,
     InvalidTaskOptions,
     Owner,
@@ -212,3 +214,52 @@ def test_get_all_tasks_accepts_the_edges_of_its_range(store: WorkerStore) -> Non
 def test_get_task_status_refuses_a_malformed_id(store: WorkerStore, task_id: Any) -> None:
     with pytest.raises(InvalidTaskKey):
         get_task_status(task_id, ALICE, store=store)
+
+
+# -- input bounds --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("via", ["submit_task", "submit_tasks"])
+def test_fifty_megabytes_of_arguments_are_refused(store: WorkerStore, via: str) -> None:
+    with pytest.raises(ArgumentsTooLarge) as caught:
+        _submit(via, store, lambda: {"args": ["x" * (50 * 1024 * 1024)]})
+    assert caught.value.limit == 1024 * 1024
+    assert caught.value.size > 50 * 1024 * 1024
+    assert "ARGS_MAX_BYTES" in str(caught.value)
+    assert_nothing_written(store)
+
+
+@override_settings(DJANGO_WORKERS={"ARGS_MAX_BYTES": 20})
+def test_the_argument_cap_counts_args_and_kwargs_together(store: WorkerStore) -> None:
+    # ["aaaa"] is 8 bytes of JSON and {"b": "cccc"} is 13: 21 together.
+    with pytest.raises(ArgumentsTooLarge, match="are 21 bytes of JSON; at most 20"):
+        submit_task("k", add, ALICE, args=["aaaa"], kwargs={"b": "cccc"}, store=store)
+    assert_nothing_written(store)
+    submit_task("k", add, ALICE, args=["aaa"], kwargs={"b": "cccc"}, store=store)  # 20 bytes
+
+
+LISTED = {"QUEUES": {"reports": {"concurrency": 1}}, "ONLY_LISTED_QUEUES": True}
+
+
+@pytest.mark.parametrize("via", ["submit_task", "submit_tasks"])
+@override_settings(DJANGO_WORKERS=LISTED)
+def test_only_listed_queues_refuses_an_unlisted_queue(store: WorkerStore, via: str) -> None:
+    with pytest.raises(InvalidTaskOptions) as caught:
+        _submit(via, store, lambda: {"queue": "reprots"})
+    assert "'reprots' is not named in DJANGO_WORKERS['QUEUES']" in str(caught.value)
+    assert "'default', 'reports'" in str(caught.value)
+    assert_nothing_written(store)
+
+
+@override_settings(DJANGO_WORKERS=LISTED)
+def test_only_listed_queues_accepts_the_listed_ones_and_default(store: WorkerStore) -> None:
+    submit_task("a", add, ALICE, args=[1, 2], queue="reports", store=store)
+    submit_task("b", add, ALICE, args=[1, 2], store=store)
+    assert sorted(info.queue for info in get_all_tasks(ALICE, store=store)) == [
+        "default",
+        "reports",
+    ]
+
+
+def test_every_queue_is_accepted_unless_the_site_opts_in(store: WorkerStore) -> None:
+    submit_task("a", add, ALICE, args=[1, 2], queue="anything", store=store)

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import io
 from types import SimpleNamespace
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
 from django_workers import checks
-from django_workers.checks import check_sqlite_settings, check_workers_settings
-from django_workers.conf import workers_settings
+from django_workers.checks import (
+    check_migrations_applied,
+    check_sqlite_settings,
+    check_workers_settings,
+)
+from django_workers.conf import queue_limits, workers_settings
 
 
 def ids(messages: list) -> list[str]:
@@ -27,15 +34,106 @@ def test_the_test_settings_pass() -> None:
         ({"QUEUE_AUTHORIZER": "no.such.fn"}, "django_workers.E001"),
         ({"QUEUES": {"reports": {"concurrency": 0}}}, "django_workers.E002"),
         ({"QUEUES": ["reports"]}, "django_workers.E002"),
+        ({"QUEUES": {"reports": 1}}, "django_workers.E002"),
+        ({"QUEUES": {"reports": {"concurrency": "2"}}}, "django_workers.E002"),
+        ({"QUEUES": {"reports": {"concurrency": True}}}, "django_workers.E002"),
+        ({"QUEUES": {"reports": {"concurency": 1}}}, "django_workers.E008"),
         ({"HEARTBEAT_INTERVAL": 20, "LEASE_TIMEOUT": 30}, "django_workers.E003"),
+        ({"STORE": 3}, "django_workers.E001"),
+        ({"CONCURRENCY": 8}, "django_workers.E005"),
+        ({"QUEUE": {}}, "django_workers.E005"),
+        ({"LEASE_TIMEOUT": "30"}, "django_workers.E006"),
+        ({"HEARTBEAT_INTERVAL": None}, "django_workers.E006"),
+        ({"POLL_INTERVAL": 0}, "django_workers.E006"),
+        ({"POLL_INTERVAL": -1}, "django_workers.E006"),
+        ({"PROGRESS_THROTTLE": -0.5}, "django_workers.E006"),
+        ({"RETRY_BACKOFF": float("nan")}, "django_workers.E006"),
+        ({"RETRY_BACKOFF_MAX": "5m"}, "django_workers.E006"),
+        ({"CLEANUP_INTERVAL": 0}, "django_workers.E006"),
+        ({"RESULT_MAX_BYTES": "big"}, "django_workers.E007"),
+        ({"ARGS_MAX_BYTES": 0}, "django_workers.E007"),
+        ({"ARGS_MAX_BYTES": 1.5}, "django_workers.E007"),
+        ({"CLEANUP_BATCH": False}, "django_workers.E007"),
+        ({"ONLY_LISTED_QUEUES": "yes"}, "django_workers.E009"),
+        ({"DATABASE": "nowhere"}, "django_workers.E011"),
+        ({"DATABASE": ["default"]}, "django_workers.E011"),
+        ({"RETENTION": {"DONE": 60}}, "django_workers.E012"),
+        ({"RETENTION": {"FAILED": "forever"}}, "django_workers.E012"),
+        ({"RETENTION": {"FAILED": -1}}, "django_workers.E012"),
+        ({"RETENTION": 86400}, "django_workers.E012"),
     ],
 )
 def test_a_bad_setting_is_an_error(setting: dict, expected: str) -> None:
     with override_settings(DJANGO_WORKERS=setting):
         found = check_workers_settings()
-    workers_settings.reload()
+        check_sqlite_settings()  # reads DATABASE too, and must not raise either
+        queue_limits()
     assert expected in ids(found)
     assert all(m.hint for m in found)
+    assert all(m.is_serious() for m in found)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"QUEUES": {"reports": {"concurrency": 2}}, "ONLY_LISTED_QUEUES": True},
+        {"RETENTION": {"FAILED": None}, "POLL_INTERVAL": 1, "ARGS_MAX_BYTES": 10},
+    ],
+)
+def test_good_settings_pass(setting: dict) -> None:
+    with override_settings(DJANGO_WORKERS=setting):
+        assert check_workers_settings() == []
+
+
+def test_each_wrong_value_gets_its_own_error() -> None:
+    with override_settings(DJANGO_WORKERS={"LEASE_TIMEOUT": "30", "POLL_INTERVAL": 0}):
+        found = check_workers_settings()
+    assert ids(found) == ["django_workers.E006", "django_workers.E006"]
+    assert "'LEASE_TIMEOUT'" in found[0].msg
+    assert "'POLL_INTERVAL'" in found[1].msg
+
+
+@pytest.mark.parametrize(
+    ("key", "suggestion"),
+    [("CONCURRENCY", None), ("QUEUE", "QUEUES"), ("poll_interval", "POLL_INTERVAL")],
+)
+def test_an_unknown_key_suggests_the_closest_one(key: str, suggestion: str | None) -> None:
+    with override_settings(DJANGO_WORKERS={key: 1}):
+        (found,) = check_workers_settings()
+    assert repr(key) in found.msg
+    if suggestion:
+        assert f"Did you mean {suggestion!r}?" in found.hint
+    else:
+        assert "Did you mean" not in found.hint
+
+
+def test_an_unknown_queue_key_suggests_concurrency() -> None:
+    with override_settings(DJANGO_WORKERS={"QUEUES": {"reports": {"concurency": 1}}}):
+        (found,) = check_workers_settings()
+    assert "Did you mean 'concurrency'?" in found.hint
+
+
+@pytest.mark.parametrize("setting", [["QUEUES"], "QUEUES", 42])
+def test_settings_that_are_not_a_dict_are_an_error_not_a_crash(setting: object) -> None:
+    with override_settings(DJANGO_WORKERS=setting):
+        assert ids(check_workers_settings()) == ["django_workers.E004"]
+        assert workers_settings.POLL_INTERVAL == 0.2  # reads fall back to the defaults
+        assert queue_limits() == {}
+
+
+@pytest.mark.django_db
+def test_the_settings_check_runs_under_plain_check() -> None:
+    with (
+        override_settings(DJANGO_WORKERS={"CONCURRENCY": 8}),
+        pytest.raises(SystemCheckError, match="E005"),
+    ):
+        call_command("check")
+
+
+@pytest.mark.django_db
+def test_the_migrations_check_passes_on_a_migrated_database() -> None:
+    assert check_migrations_applied(databases=["default"]) == []
+    assert check_migrations_applied() == []  # not asked for a database: nothing to say
 
 
 def test_sqlite_without_wal_immediate_and_timeout_warns(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -45,3 +143,12 @@ def test_sqlite_without_wal_immediate_and_timeout_warns(monkeypatch: pytest.Monk
     assert ids(found) == ["django_workers.W001"]
     assert "IMMEDIATE" in found[0].hint
     assert "WAL" in found[0].hint
+
+
+@pytest.mark.django_db
+def test_the_sqlite_warning_shows_under_plain_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    bare = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "x.sqlite3"}}
+    monkeypatch.setattr(checks, "settings", SimpleNamespace(DATABASES=bare, DJANGO_WORKERS={}))
+    out = io.StringIO()
+    call_command("check", stdout=out, stderr=out)
+    assert "django_workers.W001" in out.getvalue()

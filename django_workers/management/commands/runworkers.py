@@ -14,10 +14,11 @@ import argparse
 import sys
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, connections
 
-from django_workers.conf import queue_limits
+from django_workers.conf import queue_limits, workers_settings
 from django_workers.runtime.process import build_runtime, configure_logging, install_signal_handlers
 from django_workers.stores import default_store
 
@@ -43,8 +44,15 @@ def queue_list(value: str) -> list[str]:
     return names
 
 
+def _workers_database() -> list[str]:
+    alias = workers_settings.DATABASE
+    return [alias] if isinstance(alias, str) and alias in settings.DATABASES else []
+
+
 class Command(BaseCommand):
     help = "Run django-workers: claim and execute background tasks from the database."
+    # Run in handle() instead, with the database checks (migrations applied), as migrate does.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
@@ -76,11 +84,17 @@ class Command(BaseCommand):
             default=None,
             help="Idle poll interval in seconds where LISTEN/NOTIFY is unavailable.",
         )
+        parser.add_argument("--skip-checks", action="store_true", help="Skip system checks.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
+        # The database first: the checks read it, and an unreachable one would fail them
+        # with a traceback instead of this one message.
+        for alias in _workers_database():
+            self._check_database(alias)
+        if not options["skip_checks"]:
+            self.check(databases=_workers_database())
         store = default_store()
-        self._check_database(store)
         if options["processes"] > 1:
             from django_workers.runtime.supervisor import Supervisor
 
@@ -97,14 +111,15 @@ class Command(BaseCommand):
         if code:
             sys.exit(code)
 
-    def _check_database(self, store: Any) -> None:
-        alias = getattr(store, "using", None)
-        if alias is None:
-            return
+    def _check_database(self, alias: str) -> None:
         try:
             connections[alias].ensure_connection()
         except DatabaseError as e:
-            raise CommandError(f"Cannot reach database {alias!r}: {e}") from e
+            raise CommandError(
+                f"Cannot reach database {alias!r}: {e}. Check that the database server is "
+                f"running and that DATABASES[{alias!r}] (engine, host, port, name, user) points "
+                "at it, then start the workers again."
+            ) from e
 
     def _banner(self, store: Any, options: dict[str, Any], worker_id: str = "") -> None:
         alias = getattr(store, "using", None)
