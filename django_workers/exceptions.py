@@ -48,6 +48,22 @@ class TaskAlreadyFinished(WorkersError):
         )
 
 
+class TaskNotRetryable(WorkersError):
+    """An operator's retry met a task that is live, or COMPLETED without being allowed."""
+
+    code = "not_retryable"
+
+    def __init__(self, task_id: str, status: str) -> None:
+        self.task_id = task_id
+        self.status = status
+        hint = (
+            "pass --completed to run it again"
+            if status == "COMPLETED"
+            else "it has not ended; cancel it first to run it afresh"
+        )
+        super().__init__(f"Task {task_id!r} is {status}, not FAILED or CANCELLED; {hint}.")
+
+
 class InvalidTaskKey(WorkersError, ValueError):
     """A task key, id, owner id or scope is malformed."""
 

@@ -7,9 +7,10 @@ store (``stores/database.py``) as a conditional update checked by row count.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from django_workers.authority import KEY_MAX_LENGTH, OWNER_MAX_LENGTH, TASK_ID_MAX_LENGTH
@@ -41,6 +42,19 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
 
     def newest_first(self) -> TaskRecordQuerySet:
         return self.order_by("-created_at", "-id")
+
+    def queue_counts(self) -> models.QuerySet[TaskRecord, dict[str, Any]]:
+        """Per queue, live status and worker: how many tasks, and the oldest one's creation."""
+        return (
+            self.filter(status__in=[TaskStatus.PENDING, TaskStatus.RUNNING])
+            .order_by()
+            .values("queue", "status", "worker_id")
+            .annotate(count=Count("id"), oldest=Min("created_at"))
+        )
+
+    def finished_before(self, status: TaskStatus, before: datetime) -> TaskRecordQuerySet:
+        """Records of a terminal ``status`` that finished before ``before`` (retention)."""
+        return self.filter(status=status, finished_at__lt=before)
 
 
 class TaskRecord(models.Model):

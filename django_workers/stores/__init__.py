@@ -14,6 +14,7 @@ from django_workers.stores.base import (
     ANY_RUN,
     NewTask,
     QueueAuthorizer,
+    QueueCounts,
     Submitted,
     WatchAuthorizer,
     WorkerStore,
@@ -22,6 +23,7 @@ from django_workers.stores.base import (
 __all__ = [
     "ANY_RUN",
     "NewTask",
+    "QueueCounts",
     "Submitted",
     "WorkerStore",
     "default_store",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
@@ -104,6 +104,19 @@ class WorkerRegistration:
     heartbeat_at: datetime
     #: Runs whose record ended while their function still executes (read by list_workers).
     held_slots: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueCounts:
+    """The live tasks of one queue: how many wait, how many run, since when the oldest waits."""
+
+    queue: str
+    pending: int = 0
+    running: int = 0
+    #: Creation time of the oldest PENDING task; None when nothing is pending.
+    oldest_pending: datetime | None = None
+    #: The RUNNING tasks of this queue per worker id.
+    running_by_worker: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -287,6 +300,16 @@ class WorkerStore(abc.ABC):
     @abc.abstractmethod
     def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
         """Delete up to ``batch`` records of ``status`` that finished before ``before``."""
+
+    @abc.abstractmethod
+    def count_finished(self, status: TaskStatus, before: datetime) -> int:
+        """How many records ``delete_finished(status, before, ...)`` would delete in all."""
+
+    # -- the operators' questions --
+
+    @abc.abstractmethod
+    def queue_counts(self) -> list[QueueCounts]:
+        """Pending and running counts of every queue that has live tasks, by queue name."""
 
     def database_now(self) -> datetime | None:
         """The database server's current time; None where it is this process's clock."""

@@ -35,6 +35,7 @@ from django_workers.stores import rows, sql
 from django_workers.stores.base import (
     ANY_RUN,
     NewTask,
+    QueueCounts,
     RunId,
     Submitted,
     WorkerRegistration,
@@ -469,8 +470,19 @@ class DatabaseWorkerStore(WorkerStore):
         with contextlib.suppress(DatabaseError):
             connections[self.using].close()
 
+    def count_finished(self, status: TaskStatus, before: datetime) -> int:
+        return int(self._records().finished_before(status, before).count())
+
+    def queue_counts(self) -> list[QueueCounts]:
+        found: dict[str, dict[str, Any]] = {}
+        for row in self._records().queue_counts():
+            rows.add_queue_count(
+                found, row["queue"], row["status"], row["worker_id"], row["count"], row["oldest"]
+            )
+        return [QueueCounts(**found[name]) for name in sorted(found)]
+
     def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
-        doomed = self._records().filter(status=status, finished_at__lt=before)
+        doomed = self._records().finished_before(status, before)
         ids = list(doomed.values_list("id", flat=True)[:batch])
         if not ids:
             return 0

@@ -22,6 +22,7 @@ from django_workers.stores import rows
 from django_workers.stores.base import (
     ANY_RUN,
     NewTask,
+    QueueCounts,
     RunId,
     Submitted,
     WorkerRegistration,
@@ -284,15 +285,32 @@ class InMemoryWorkerStore(WorkerStore):
             won = self.end_tasks(ends)
             return [end for end, ok in zip(ends, won, strict=True) if ok]
 
+    def _finished_before(self, status: TaskStatus, before: datetime) -> list[str]:
+        return [
+            task_id
+            for task_id, row in self._rows.items()
+            if row["status"] == status
+            and row["finished_at"] is not None
+            and row["finished_at"] < before
+        ]
+
+    def count_finished(self, status: TaskStatus, before: datetime) -> int:
+        with self._lock:
+            return len(self._finished_before(status, before))
+
+    def queue_counts(self) -> list[QueueCounts]:
+        found: dict[str, dict[str, Any]] = {}
+        with self._lock:
+            for row in self._rows.values():
+                if row["status"] in (TaskStatus.PENDING, TaskStatus.RUNNING):
+                    rows.add_queue_count(
+                        found, row["queue"], row["status"], row["worker_id"], 1, row["created_at"]
+                    )
+        return [QueueCounts(**found[name]) for name in sorted(found)]
+
     def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
         with self._lock:
-            doomed = [
-                task_id
-                for task_id, row in self._rows.items()
-                if row["status"] == status
-                and row["finished_at"] is not None
-                and row["finished_at"] < before
-            ][:batch]
+            doomed = self._finished_before(status, before)[:batch]
             for task_id in doomed:
                 del self._rows[task_id]
                 del self._grants[task_id]

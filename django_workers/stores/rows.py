@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from django_workers.authority import owner_of
@@ -146,3 +147,24 @@ def stop_reason(row: Mapping[str, Any] | None, worker_id: str, run_id: str) -> C
     if row["status"] != TaskStatus.RUNNING or row["worker_id"] != worker_id:
         return CancelReason.SUPERSEDED
     return None
+
+
+def add_queue_count(
+    found: dict[str, dict[str, Any]],
+    queue: str,
+    status: str,
+    worker_id: str | None,
+    count: int,
+    oldest: datetime,
+) -> None:
+    """Add ``count`` live tasks of one status to the ``QueueCounts`` fields of ``queue``."""
+    counts = found.setdefault(queue, {"queue": queue, "pending": 0, "running": 0})
+    if status == TaskStatus.PENDING:
+        counts["pending"] += count
+        first = counts.get("oldest_pending")
+        counts["oldest_pending"] = oldest if first is None else min(first, oldest)
+    else:
+        counts["running"] += count
+        by_worker = counts.setdefault("running_by_worker", {})
+        key = worker_id or ""
+        by_worker[key] = by_worker.get(key, 0) + count

@@ -1,0 +1,390 @@
+"""``manage.py workers``: the operators' tool to see and manage tasks and workers.
+
+Subcommands: status, list, show, cancel, retry, purge. It acts as ``System()``:
+it sees and manages every user's tasks. Tables for people, ``--json`` for
+scripts. The work is done by ``django_workers.operations`` and the public API;
+this module parses and prints.
+
+Exit codes: 0 done; 1 a task could not be cancelled or retried, or the store
+keeps no records this process can see; 2 bad command-line arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from django_workers import operations
+from django_workers.api import MAX_LIMIT, cancel_task, get_all_tasks, get_task_status
+from django_workers.authority import Authority, Owner, System
+from django_workers.exceptions import (
+    InvalidTaskKey,
+    TaskAlreadyFinished,
+    TaskNotFound,
+    WorkersError,
+)
+from django_workers.info import TaskInfo, TaskStatus
+from django_workers.stores import WorkerStore, default_store
+
+HELP = (
+    "See and manage django-workers tasks and workers. Acts as System(): it sees, "
+    "cancels, retries and deletes the tasks of every user."
+)
+
+
+def task_status(value: str) -> TaskStatus:
+    try:
+        return TaskStatus(value.upper())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a status; use one of {', '.join(TaskStatus.values)}"
+        ) from None
+
+
+def limit(value: str) -> int:
+    number = int(value)
+    if not 1 <= number <= MAX_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_LIMIT}, got {number}")
+    return number
+
+
+def seconds(value: str) -> float:
+    number = float(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {value}")
+    return number
+
+
+def owner(value: str) -> Owner:
+    try:
+        return Owner(value)
+    except InvalidTaskKey as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
+class Command(BaseCommand):
+    help = HELP
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        common = argparse.ArgumentParser(add_help=False)
+        common.add_argument("--json", action="store_true", help="Print JSON for scripts.")
+        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+        sub.add_parser(
+            "status",
+            parents=[common],
+            help="Live workers, and each queue's pending and running tasks.",
+        )
+        listing = sub.add_parser("list", parents=[common], help="Tasks, newest first.")
+        listing.add_argument("--status", type=task_status, help="Only tasks in this status.")
+        listing.add_argument("--queue", help="Only tasks of this queue.")
+        listing.add_argument("--owner", type=owner, help="Only tasks this user id owns or watches.")
+        listing.add_argument("--limit", type=limit, default=50, help="At most N tasks (50).")
+        show = sub.add_parser("show", parents=[common], help="Every field of one task.")
+        show.add_argument("task_id", metavar="ID")
+        cancel = sub.add_parser("cancel", parents=[common], help="Cancel tasks.")
+        cancel.add_argument("task_ids", metavar="ID", nargs="+")
+        retry = sub.add_parser(
+            "retry", parents=[common], help="Run FAILED or CANCELLED tasks again, same id."
+        )
+        retry.add_argument("task_ids", metavar="ID", nargs="+")
+        retry.add_argument(
+            "--completed", action="store_true", help="Also run COMPLETED tasks again."
+        )
+        purge = sub.add_parser(
+            "purge",
+            parents=[common],
+            help="Delete finished tasks by status and age (a dry run without --yes).",
+        )
+        purge.add_argument(
+            "--status",
+            type=task_status,
+            action="append",
+            dest="statuses",
+            help="COMPLETED, FAILED or CANCELLED; repeat for several (default: all three).",
+        )
+        purge.add_argument(
+            "--older-than",
+            type=seconds,
+            default=None,
+            help="Finished more than this many seconds ago (default: each status's RETENTION).",
+        )
+        purge.add_argument("--yes", action="store_true", help="Delete; without it, only count.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        store = default_store()
+        if not store.durable:
+            raise CommandError(
+                f"DJANGO_WORKERS['STORE'] is {type(store).__name__}, which keeps tasks in the "
+                "memory of one process; this command runs in its own process and would see "
+                "none. Use it with a durable store such as the database store."
+            )
+        self.as_json = options["json"]
+        handler: Callable[[WorkerStore, dict[str, Any]], None] = getattr(
+            self, f"do_{options['subcommand']}"
+        )
+        handler(store, options)
+
+    # -- subcommands --
+
+    def do_status(self, store: WorkerStore, options: dict[str, Any]) -> None:
+        report = operations.status(store)
+        if self.as_json:
+            return self._json(status_json(report))
+        self._write(f"Workers (stale: no heartbeat for more than {report.lease_timeout:g} s)")
+        if report.workers:
+            self._write(table(WORKER_COLUMNS, [worker_row(w) for w in report.workers]))
+        else:
+            self._write("  none registered")
+        self._write("\nQueues")
+        if report.queues:
+            self._write(table(QUEUE_COLUMNS, [queue_row(q) for q in report.queues]))
+        else:
+            self._write("  no pending or running tasks")
+
+    def do_list(self, store: WorkerStore, options: dict[str, Any]) -> None:
+        authority: Authority = options["owner"] or System()
+        found = get_all_tasks(
+            authority,
+            status=options["status"],
+            queue=options["queue"],
+            limit=options["limit"],
+            store=store,
+        )
+        if self.as_json:
+            return self._json([task_json(info) for info in found])
+        if not found:
+            return self._write("No tasks.")
+        self._write(table(LIST_COLUMNS, [list_row(info) for info in found]))
+
+    def do_show(self, store: WorkerStore, options: dict[str, Any]) -> None:
+        try:
+            info = get_task_status(options["task_id"], System(), store=store)
+        except TaskNotFound as e:
+            raise CommandError(f"No task {options['task_id']!r}.") from e
+        if self.as_json:
+            return self._json(task_json(info))
+        self._write(show_text(info))
+
+    def do_cancel(self, store: WorkerStore, options: dict[str, Any]) -> None:
+        results = [cancel_one(task_id, store) for task_id in options["task_ids"]]
+        self._outcomes(results, "cancelled")
+
+    def do_retry(self, store: WorkerStore, options: dict[str, Any]) -> None:
+        results = [
+            retry_one(task_id, options["completed"], store) for task_id in options["task_ids"]
+        ]
+        self._outcomes(results, "retried")
+
+    def do_purge(self, store: WorkerStore, options: dict[str, Any]) -> None:
+        try:
+            plan = operations.purge_plan(options["statuses"], options["older_than"])
+        except WorkersError as e:
+            raise CommandError(str(e)) from e
+        if options["yes"]:
+            lines = operations.purge(plan, store=store)
+        else:
+            lines = operations.count_purgeable(plan, store=store)
+        if self.as_json:
+            return self._json(
+                {
+                    "deleted": bool(options["yes"]),
+                    "statuses": [
+                        {"status": str(p.status), "before": p.before.isoformat(), "count": p.count}
+                        for p in lines
+                    ],
+                }
+            )
+        if not lines:
+            return self._write("Nothing to purge: every status chosen is kept forever.")
+        verb = "deleted" if options["yes"] else "would delete"
+        for p in lines:
+            self._write(f"{p.status}: {verb} {p.count}, finished before {p.before.isoformat()}")
+        if not options["yes"]:
+            self._write("Dry run: nothing was deleted. Pass --yes to delete.")
+
+    # -- output --
+
+    def _outcomes(self, results: list[dict[str, str]], success: str) -> None:
+        if self.as_json:
+            self._json(results)
+        else:
+            for r in results:
+                self._write(
+                    f"{r['id']}: {r['outcome']}" + (f" ({r['detail']})" * bool(r["detail"]))
+                )
+        failed = sum(r["outcome"] != success for r in results)
+        if failed:
+            raise CommandError(f"{failed} of {len(results)} tasks not {success}.", returncode=1)
+
+    def _json(self, data: Any) -> None:
+        self.stdout.write(json.dumps(data, indent=2, sort_keys=True))
+
+    def _write(self, text: str) -> None:
+        self.stdout.write(text)
+
+
+# -- the actions on one id --
+
+
+def cancel_one(task_id: str, store: WorkerStore) -> dict[str, str]:
+    """Cancel one task as System(); say what happened."""
+    try:
+        info = cancel_task(task_id, System(), store=store)
+    except TaskNotFound:
+        return {"id": task_id, "outcome": "not found", "detail": ""}
+    except TaskAlreadyFinished as e:
+        return {"id": task_id, "outcome": "already finished", "detail": str(e.status)}
+    return {"id": task_id, "outcome": "cancelled", "detail": str(info.status)}
+
+
+def retry_one(task_id: str, completed: bool, store: WorkerStore) -> dict[str, str]:
+    """Re-run one finished task; say what happened."""
+    try:
+        old, run_id = operations.retry(task_id, allow_completed=completed, store=store)
+    except TaskNotFound:
+        return {"id": task_id, "outcome": "not found", "detail": ""}
+    except WorkersError as e:  # not retryable, refused by the queue authorizer, moved task
+        return {"id": task_id, "outcome": "refused", "detail": str(e)}
+    return {"id": task_id, "outcome": "retried", "detail": f"was {old.status}, new run {run_id}"}
+
+
+# -- rendering --
+
+
+def iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def task_json(info: TaskInfo) -> dict[str, Any]:
+    """Every field of a snapshot as JSON: stable keys, ISO timestamps."""
+    data: dict[str, Any] = {}
+    for f in dataclasses.fields(info):
+        if f.name.startswith("_"):
+            continue
+        value = getattr(info, f.name)
+        if isinstance(value, datetime):
+            value = value.isoformat()
+        elif f.name == "options":
+            value = value.to_json()
+        elif f.name == "error":
+            value = value.to_json() if value is not None else None
+        elif f.name == "errors":
+            value = [e.to_json() for e in value]
+        elif f.name == "watchers":
+            value = list(value)
+        elif isinstance(value, TaskStatus) or f.name == "cancel_reason":
+            value = str(value)
+        data[f.name] = value
+    return data
+
+
+def status_json(report: operations.Status) -> dict[str, Any]:
+    return {
+        "now": report.now.isoformat(),
+        "lease_timeout": report.lease_timeout,
+        "workers": [
+            {
+                "id": w.worker.id,
+                "host": w.worker.host,
+                "pid": w.worker.pid,
+                "queues": list(w.worker.queues),
+                "concurrency": w.worker.concurrency,
+                "started_at": w.worker.started_at.isoformat(),
+                "heartbeat_at": w.worker.heartbeat_at.isoformat(),
+                "heartbeat_age": round(w.heartbeat_age, 3),
+                "running": w.running,
+                "held_slots": w.worker.held_slots,
+                "stale": w.stale,
+            }
+            for w in report.workers
+        ],
+        "queues": [
+            {
+                "queue": q.queue,
+                "pending": q.pending,
+                "running": q.running,
+                "oldest_pending_age": (
+                    None if q.oldest_pending_age is None else round(q.oldest_pending_age, 3)
+                ),
+                "served": q.served,
+            }
+            for q in report.queues
+        ],
+    }
+
+
+WORKER_COLUMNS = ("ID", "HOST", "PID", "QUEUES", "CONC", "HEARTBEAT", "RUNNING", "HELD", "")
+QUEUE_COLUMNS = ("QUEUE", "PENDING", "RUNNING", "OLDEST PENDING", "")
+LIST_COLUMNS = ("ID", "STATUS", "QUEUE", "PROGRESS", "ATTEMPTS", "CREATED", "FINISHED")
+
+
+def worker_row(w: operations.WorkerState) -> list[str]:
+    return [
+        w.worker.id,
+        w.worker.host,
+        str(w.worker.pid),
+        ",".join(w.worker.queues) or "all",
+        str(w.worker.concurrency),
+        f"{w.heartbeat_age:.1f} s",
+        str(w.running),
+        str(w.worker.held_slots),
+        "STALE" if w.stale else "",
+    ]
+
+
+def queue_row(q: operations.QueueState) -> list[str]:
+    age = "-" if q.oldest_pending_age is None else f"{q.oldest_pending_age:.1f} s"
+    note = "no live worker serves this queue" if q.unserved else ""
+    return [q.queue, str(q.pending), str(q.running), age, note]
+
+
+def list_row(info: TaskInfo) -> list[str]:
+    return [
+        info.id,
+        str(info.status),
+        info.queue,
+        f"{info.progress:g}%",
+        str(info.attempts),
+        short_time(info.created_at),
+        short_time(info.finished_at),
+    ]
+
+
+def short_time(value: datetime | None) -> str:
+    return "-" if value is None else value.isoformat(sep=" ", timespec="seconds")
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns two spaces apart; trailing blanks trimmed."""
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers))]
+    lines = [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(r, widths, strict=True)).rstrip()
+        for r in [headers, *rows]
+    ]
+    return "\n".join(lines)
+
+
+def show_text(info: TaskInfo) -> str:
+    """Every field of a snapshot, one per line, then the traceback of its error."""
+    data = task_json(info)
+    error = data.pop("error")
+    errors = data.pop("errors")
+    width = max(len(k) for k in data)
+    lines = [
+        f"{k.ljust(width)}  {json.dumps(v) if not isinstance(v, str) else v}"
+        for k, v in data.items()
+    ]
+    if error:
+        lines.append(f"{'error'.ljust(width)}  {error['type']}: {error['message']}")
+    if len(errors) > 1:
+        lines.append(f"{'errors'.ljust(width)}  {len(errors)} failed attempts:")
+        lines += [f"  {e['type']}: {e['message']}" for e in errors]
+    if error and error["traceback"]:
+        lines += ["", error["traceback"].rstrip()]
+    return "\n".join(lines)

@@ -1,0 +1,218 @@
+"""What the operators' ``manage.py workers`` command does, on any store, as ``System()``.
+
+Each function answers one subcommand with plain data; the command parses its
+arguments and prints. Reads and writes go through the public API or the
+store's named methods, never around them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from django_workers import clock
+from django_workers.api import get_task_status
+from django_workers.authority import Authority, Owner, System, owner_of
+from django_workers.backends import BACKEND_OPTION
+from django_workers.conf import queue_limits, workers_settings
+from django_workers.exceptions import InvalidTaskOptions, TaskNotRetryable
+from django_workers.info import TERMINAL_STATUSES, TaskInfo, TaskStatus
+from django_workers.stores import WorkerStore
+from django_workers.stores.base import WorkerRegistration
+from django_workers.submission import TaskSubmission, build_task, write_tasks
+
+#: Statuses ``retry`` re-runs without being asked for more.
+RETRYABLE = (TaskStatus.FAILED, TaskStatus.CANCELLED)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerState:
+    """One registered runtime as an operator sees it."""
+
+    worker: WorkerRegistration
+    heartbeat_age: float
+    running: int
+    #: Silent for longer than LEASE_TIMEOUT: the next zombie sweep will declare it dead.
+    stale: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueState:
+    """One queue's live tasks, and whether any live worker takes them."""
+
+    queue: str
+    pending: int
+    running: int
+    oldest_pending_age: float | None
+    served: bool
+
+    @property
+    def unserved(self) -> bool:
+        """Tasks wait here and no live worker serves this queue."""
+        return self.pending > 0 and not self.served
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Status:
+    """What ``workers status`` shows: the workers and the queues, at one instant."""
+
+    now: datetime
+    lease_timeout: float
+    workers: list[WorkerState]
+    queues: list[QueueState]
+
+
+def status(store: WorkerStore) -> Status:
+    """Read the registered workers and every queue's live counts (three queries)."""
+    now = store.database_now() or clock.now()
+    lease = float(workers_settings.LEASE_TIMEOUT)
+    counts = store.queue_counts()
+    running: dict[str, int] = {}
+    for queue in counts:
+        for worker_id, n in queue.running_by_worker.items():
+            running[worker_id] = running.get(worker_id, 0) + n
+    workers = [
+        WorkerState(
+            worker=w,
+            heartbeat_age=_age(now, w.heartbeat_at),
+            running=running.get(w.id, 0),
+            stale=_age(now, w.heartbeat_at) > lease,
+        )
+        for w in store.list_workers()
+    ]
+    live = [w.worker for w in workers if not w.stale]
+    by_name = {q.queue: q for q in counts}
+    names = sorted({*by_name, *queue_limits(), *(q for w in live for q in w.queues)})
+    queues = []
+    for name in names:
+        q = by_name.get(name)
+        queues.append(
+            QueueState(
+                queue=name,
+                pending=q.pending if q else 0,
+                running=q.running if q else 0,
+                oldest_pending_age=_age(now, q.oldest_pending) if q and q.oldest_pending else None,
+                served=any(not w.queues or name in w.queues for w in live),
+            )
+        )
+    return Status(now=now, lease_timeout=lease, workers=workers, queues=queues)
+
+
+def _age(now: datetime, then: datetime) -> float:
+    return max(0.0, (now - then).total_seconds())
+
+
+# -- retry ---------------------------------------------------------------------------------
+
+
+def retry_authority(info: TaskInfo) -> Authority:
+    """The authority a re-run of ``info`` is submitted with: its owner, else System."""
+    return owner_of(info.id) or System()
+
+
+def retry(
+    task_id: str, *, allow_completed: bool = False, store: WorkerStore
+) -> tuple[TaskInfo, str]:
+    """Re-run a FAILED or CANCELLED task under its own id; return (the old snapshot, new run id).
+
+    The re-run is an ordinary submit of the same key, task, arguments, queue,
+    priority, options and scope by the task's owner (System for a global id), so
+    the store replaces the finished record; its watchers keep their access.
+    A PENDING or RUNNING task is refused (it would only be joined), and a
+    COMPLETED one unless ``allow_completed``. Raises TaskNotFound for no such id.
+    """
+    info = get_task_status(task_id, System(), store=store)
+    allowed = RETRYABLE + ((TaskStatus.COMPLETED,) if allow_completed else ())
+    if info.status not in allowed:
+        raise TaskNotRetryable(info.id, info.status)
+    authority = retry_authority(info)
+    owner = authority if isinstance(authority, Owner) else None
+    spec = TaskSubmission(
+        key=info.key,
+        task=info.task_path,
+        args=info.args,
+        kwargs=info.kwargs,
+        scope="user" if owner is not None else "global",
+        watchers=[Owner(w) for w in info.watchers if owner is None or w != owner.user_id],
+        queue=info.queue,
+        priority=info.priority,
+        options=info.options,
+    )
+    new = build_task(spec, authority, store)
+    if info.backend is not None:
+        # Enqueued through django.tasks: keep the alias so get_result() still reads it.
+        new = replace(new, options={**new.options, BACKEND_OPTION: info.backend})
+    [submitted] = write_tasks([new], authority, store)
+    if not submitted.created:
+        # The record went live again between our read and the submit: it was joined.
+        raise TaskNotRetryable(task_id, get_task_status(task_id, System(), store=store).status)
+    return info, submitted.run_id
+
+
+# -- purge ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PurgeLine:
+    """Finished tasks of one status older than ``before``: counted, or deleted."""
+
+    status: TaskStatus
+    before: datetime
+    count: int
+
+
+def purge_plan(
+    statuses: Sequence[TaskStatus] | None, older_than: float | None
+) -> list[tuple[TaskStatus, datetime]]:
+    """Which statuses to purge and the finish time before which each goes.
+
+    Without ``older_than``, each status's RETENTION age applies and statuses
+    kept forever (None) are left out: the retention rules, run by hand.
+    """
+    now = clock.now()
+    chosen = list(statuses) if statuses else sorted(TERMINAL_STATUSES)
+    for status_ in chosen:
+        if status_ not in TERMINAL_STATUSES:
+            raise InvalidTaskOptions(
+                f"Only finished tasks can be purged (COMPLETED, FAILED, CANCELLED), "
+                f"got {status_}; cancel live tasks first."
+            )
+    plan = []
+    for status_ in chosen:
+        seconds = older_than if older_than is not None else _retention(status_)
+        if seconds is not None:
+            plan.append((status_, now - timedelta(seconds=seconds)))
+    return plan
+
+
+def _retention(status_: TaskStatus) -> float | None:
+    seconds = (workers_settings.RETENTION or {}).get(str(status_))
+    return None if seconds is None else float(seconds)
+
+
+def count_purgeable(
+    plan: Iterable[tuple[TaskStatus, datetime]], *, store: WorkerStore
+) -> list[PurgeLine]:
+    """How many records each line of ``plan`` would delete (the dry run)."""
+    return [
+        PurgeLine(status=s, before=before, count=store.count_finished(s, before))
+        for s, before in plan
+    ]
+
+
+def purge(
+    plan: Iterable[tuple[TaskStatus, datetime]], *, store: WorkerStore, batch: int | None = None
+) -> list[PurgeLine]:
+    """Delete every record ``plan`` names, in batches of CLEANUP_BATCH; return the counts."""
+    size = batch or int(workers_settings.CLEANUP_BATCH)
+    done = []
+    for s, before in plan:
+        deleted = 0
+        while True:
+            n = store.delete_finished(s, before, size)
+            deleted += n
+            if n < size:
+                break
+        done.append(PurgeLine(status=s, before=before, count=deleted))
+    return done

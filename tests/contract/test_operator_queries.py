@@ -1,0 +1,51 @@
+"""The store's answers to `manage.py workers`: live counts per queue, finished records."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django_workers import System, TaskStatus, cancel_task, clock, submit_task
+from django_workers.stores import QueueCounts, WorkerStore
+from tests.helpers import end_record
+
+
+def submit(store: WorkerStore, key: str, queue: str = "default") -> str:
+    return submit_task(key, "tests.tasks.add", System(), scope="global", queue=queue, store=store)
+
+
+def test_queue_counts_tell_pending_and_running_per_queue_and_worker(store: WorkerStore) -> None:
+    first = submit(store, "a")
+    submit(store, "b")
+    submit(store, "c", queue="emails")
+    store.claim("w1", ["default"], 1, clock.now())
+    cancelled = submit(store, "d", queue="emails")
+    cancel_task(cancelled, System(), store=store)
+    done = submit(store, "e", queue="reports")
+    end_record(store, done)
+
+    counts = store.queue_counts()
+
+    oldest = store.get_task_info(first)
+    assert oldest is not None
+    default, emails = counts
+    assert [q.queue for q in counts] == ["default", "emails"]  # no live task in "reports"
+    assert (default.pending, default.running, default.running_by_worker) == (1, 1, {"w1": 1})
+    assert default.oldest_pending is not None
+    assert default.oldest_pending > oldest.created_at
+    assert emails == QueueCounts(
+        queue="emails", pending=1, running=0, oldest_pending=emails.oldest_pending
+    )
+
+
+def test_count_finished_counts_what_delete_finished_deletes(store: WorkerStore) -> None:
+    old = [submit(store, f"old{n}") for n in range(3)]
+    for task_id in old:
+        end_record(store, task_id, TaskStatus.FAILED, finished_at=clock.now() - timedelta(days=2))
+    end_record(store, submit(store, "new"), TaskStatus.FAILED)
+    end_record(store, submit(store, "done"), finished_at=clock.now() - timedelta(days=2))
+    before = clock.now() - timedelta(days=1)
+
+    assert store.count_finished(TaskStatus.FAILED, before) == 3
+    assert store.delete_finished(TaskStatus.FAILED, before, 2) == 2
+    assert store.count_finished(TaskStatus.FAILED, before) == 1
+    assert store.count_finished(TaskStatus.COMPLETED, before) == 1
