@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib import metadata
+
 from django_workers.api import (
     TaskSubmission,
     aupdate_progress,
@@ -37,6 +39,12 @@ from django_workers.info import TaskFailure, TaskInfo, TaskStatus, cancel_reason
 from django_workers.live import current_run
 from django_workers.options import TaskOptions
 from django_workers.stores import default_store, set_queue_authorizer, set_watch_authorizer
+
+try:
+    # pyproject.toml is the one place the version is written; this reads what pip installed.
+    __version__ = metadata.version("django-workers-db")
+except metadata.PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "ArgumentsNotSerializable",

@@ -22,8 +22,8 @@ from django.db import connections
 from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
 from django_workers.info import TaskStatus
-from django_workers.lifecycle import TaskEnd
-from django_workers.runtime.run import RunHandle
+from django_workers.lifecycle import EndKind, TaskEnd
+from django_workers.runtime.run import RunHandle, task_logger
 from django_workers.signals import run_finished
 from django_workers.stores import WorkerStore
 
@@ -64,10 +64,10 @@ class Reporter:
 
 def worth_reporting(batch: Sequence[EndItem], won: Sequence[bool]) -> bool:
     """Whether ``report_ends`` would log or signal anything for this batch."""
-    if logger.isEnabledFor(logging.INFO) or run_finished.has_listeners():
+    if task_logger.isEnabledFor(logging.INFO) or run_finished.has_listeners():
         return True
-    return logger.isEnabledFor(logging.WARNING) and any(
-        ok and end.status == TaskStatus.FAILED for (end, _h, _r), ok in zip(batch, won, strict=True)
+    return task_logger.isEnabledFor(logging.WARNING) and any(
+        _is_warning(end, handle, ok) for (end, handle, _r), ok in zip(batch, won, strict=True)
     )
 
 
@@ -100,36 +100,71 @@ def report_recovered(store: WorkerStore, recovered: Sequence[TaskEnd]) -> None:
                 run_finished.send_robust(Reporter, info=info)
 
 
+def _is_warning(end: TaskEnd, handle: RunHandle, won: bool) -> bool:
+    """A failure of the task's own code, or a run another worker took over."""
+    if not won:
+        return handle.token.reason is CancelReason.SUPERSEDED
+    return end.status == TaskStatus.FAILED and not _timed_out(end)
+
+
+def _timed_out(end: TaskEnd) -> bool:
+    return end.kind is EndKind.TIMEOUT or end.cancel_reason is CancelReason.TIMEOUT
+
+
 def _log_end(handle: RunHandle, end: TaskEnd, won: bool, returned: bool) -> None:
-    failed = won and end.status == TaskStatus.FAILED
-    if not logger.isEnabledFor(logging.WARNING if failed else logging.INFO):
+    """Log one line per end: INFO for the normal ones, WARNING for failures and takeovers."""
+    warning = _is_warning(end, handle, won)
+    if not task_logger.isEnabledFor(logging.WARNING if warning else logging.INFO):
         return
     took = time.monotonic() - handle.started
-    if not won and returned and handle.token.requested:
-        logger.info(
-            "Task %s returned %.3f s after it was asked to stop (%s); its record already "
-            "shows that end",
-            handle.task_id,
-            took,
-            handle.token.reason,
-        )
-    elif not won:
-        logger.info(
-            "Task %s run %s ended %s after %.3f s, but its record had moved on "
-            "(cancelled, timed out, superseded or recovered); nothing written",
+    if won:
+        _log_won(handle, end, took)
+    elif handle.token.reason is CancelReason.SUPERSEDED:
+        task_logger.warning(
+            "Task %s run %s ended %s after %.3f s, but this worker had lost its lease and "
+            "another worker recovered the task; this run's end was not written",
             handle.task_id,
             handle.run_id,
             end.status,
             took,
         )
+    elif returned and handle.token.reason is CancelReason.USER:
+        task_logger.info("Task %s cancelled after %.3f s", handle.task_id, took)
+    elif returned and handle.token.requested:
+        # The stop request's own end (a timeout) was logged when it was written.
+        task_logger.debug(
+            "Task %s returned %.3f s after it was asked to stop (%s)",
+            handle.task_id,
+            took,
+            handle.token.reason,
+        )
+    else:
+        task_logger.info(
+            "Task %s ended %s after %.3f s, but its record had already ended (cancelled or "
+            "recovered meanwhile); this run's end was not written",
+            handle.task_id,
+            end.status,
+            took,
+        )
+
+
+def _log_won(handle: RunHandle, end: TaskEnd, took: float) -> None:
+    if _timed_out(end):
+        task_logger.info(
+            "Task %s timed out after %g s; ended FAILED",
+            handle.task_id,
+            handle.info.options.timeout,
+        )
     elif end.status == TaskStatus.FAILED:
         error = end.error or {}
-        logger.warning(
+        task_logger.warning(
             "Task %s failed after %.3f s: %s: %s",
             handle.task_id,
             took,
             error.get("type", ""),
             error.get("message", ""),
         )
+        if error.get("traceback") and task_logger.isEnabledFor(logging.DEBUG):
+            task_logger.debug("Task %s traceback:\n%s", handle.task_id, error["traceback"])
     else:
-        logger.info("Task %s %s in %.3f s", handle.task_id, end.status.lower(), took)
+        task_logger.info("Task %s %s in %.3f s", handle.task_id, end.status.lower(), took)

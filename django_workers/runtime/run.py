@@ -27,7 +27,8 @@ from django_workers.references import json_size, to_json
 from django_workers.runtime import invoke as invoking
 from django_workers.stores.base import WorkerStore
 
-logger = logging.getLogger(__name__)
+#: The per-task lines (started, retried, ended), so that a site can silence them alone.
+task_logger = logging.getLogger("django_workers.runtime.tasks")
 
 #: A claimed run's life in this process: queued for a thread, started, or given back.
 QUEUED, STARTED, RELEASED = "queued", "started", "released"
@@ -184,7 +185,7 @@ def _retries_left(handle: RunHandle) -> bool:
 def _wait_to_retry(handle: RunHandle, failure: TaskFailure) -> bool:
     """Back off, then count the next attempt; False if the token or the fence stops us."""
     delay = backoff(handle.info.options, handle._attempts)
-    logger.info(
+    task_logger.info(
         "Task %s attempt %d failed (%s); retrying in %.2f s",
         handle.task_id,
         handle._attempts,

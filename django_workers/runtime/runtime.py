@@ -46,7 +46,7 @@ from django_workers.runtime.reporter import (
     report_recovered,
     worth_reporting,
 )
-from django_workers.runtime.run import RunHandle, execute, failure_of
+from django_workers.runtime.run import RunHandle, execute, failure_of, task_logger
 from django_workers.runtime.wakeup import CANCELLED, Listener, parse_notice
 from django_workers.runtime.watchdog import Watchdog
 from django_workers.signals import run_started
@@ -279,6 +279,15 @@ class WorkerRuntime:
                 continue
             if not handle.try_start():
                 continue  # given back by the shutdown, which freed its slot
+            if task_logger.isEnabledFor(logging.DEBUG):
+                self._report(
+                    task_logger.debug,
+                    "Task %s started: %s, attempt %d, queue %s",
+                    handle.task_id,
+                    handle.info.task_path,
+                    handle.info.attempts,
+                    handle.info.queue,
+                )
             run_started.send_robust(type(self), info=handle.info)
             try:
                 end = execute(handle)
@@ -306,12 +315,7 @@ class WorkerRuntime:
         with self._lock:
             live = self._active.get(handle.run_id) is handle and not handle.returned
         if live and handle.request_cancel(CancelReason.TIMEOUT):
-            self._report(
-                logger.warning,
-                "Task %s timed out after %g s",
-                handle.task_id,
-                handle.info.options.timeout,
-            )
+            # Logged by the reporter once written, as one line with the task's other ends.
             self._ends.put((handle.timed_out_end(), handle, False))
 
     # -- finishing --
@@ -439,8 +443,12 @@ class WorkerRuntime:
             return
         for task_id, reason in self.store.runs_to_stop(self.worker_id, runs).items():
             handle = self._active.get(runs[task_id])
-            if handle is not None and handle.request_cancel(reason):
-                self._report(logger.info, "Task %s asked to stop (%s)", task_id, reason)
+            if (
+                handle is not None
+                and handle.request_cancel(reason)
+                and task_logger.isEnabledFor(logging.DEBUG)
+            ):
+                self._report(task_logger.debug, "Task %s asked to stop (%s)", task_id, reason)
 
     def _heartbeat(self) -> None:
         if self.stalled:

@@ -1,11 +1,8 @@
 """``manage.py runworkers``: serve tasks until SIGTERM/SIGINT (or, with --burst, until done).
 
 Thin by design: validate options, configure logging from --verbosity, build
-the runtime (or a supervisor of several processes), run it.
-
-Exit codes: 0 stopped cleanly; 1 could not start (database unreachable,
-bad settings); 2 bad command-line arguments; 3 the drain deadline passed with
-runs still going (left to the zombie sweep); 130 a second signal forced exit.
+the runtime (or a supervisor of several processes), run it. The exit codes
+and what --verbosity changes are in ``EPILOG``, which ``--help`` prints.
 """
 
 from __future__ import annotations
@@ -15,9 +12,15 @@ import sys
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import (
+    BaseCommand,
+    CommandError,
+    CommandParser,
+    DjangoHelpFormatter,
+)
 from django.db import DatabaseError, connections
 
+import django_workers
 from django_workers.conf import queue_limits, workers_settings
 from django_workers.runtime.process import build_runtime, configure_logging, install_signal_handlers
 from django_workers.stores import default_store
@@ -49,40 +52,81 @@ def _workers_database() -> list[str]:
     return [alias] if isinstance(alias, str) and alias in settings.DATABASES else []
 
 
+EPILOG = """\
+verbosity (-v):
+  0  warnings and errors only: failed tasks, database trouble, recovered workers
+  1  also one line per task end and retry, and the start and stop of the worker
+  2  also each task start, each stop request and the traceback of each failure
+  -v sets the level of the logger django_workers (3 is the same as 2) and logs to
+  stderr unless LOGGING already has a handler; per-task lines use the logger
+  django_workers.runtime.tasks, so LOGGING can silence them alone.
+
+exit codes:
+  0    stopped cleanly (a drain in which every task ended, or --burst with nothing left)
+  1    could not start: database unreachable, or a setting is wrong
+  2    bad command-line arguments
+  3    the drain timeout passed with tasks still running (left to zombie recovery)
+  4    stuck (no progress for longer than the lease) or lease lost while tasks ran
+  130  a second SIGTERM/SIGINT forced an immediate exit
+"""
+
+
+class HelpFormatter(DjangoHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Django's order of options, with the epilog's lines kept as written."""
+
+
 class Command(BaseCommand):
     help = "Run django-workers: claim and execute background tasks from the database."
     # Run in handle() instead, with the database checks (migrations applied), as migrate does.
     requires_system_checks: list[str] = []
 
+    def get_version(self) -> str:
+        return django_workers.__version__
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        kwargs.setdefault("epilog", EPILOG)
+        return super().create_parser(prog_name, subcommand, **kwargs)
+
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
-            "--queues", type=queue_list, default=None, help="Comma-separated queues (default: all)."
+            "--queues",
+            type=queue_list,
+            default=None,
+            help="Comma-separated queues to serve (default: all).",
         )
         parser.add_argument(
-            "--concurrency", type=positive_int, default=4, help="Run threads per process."
+            "--concurrency",
+            type=positive_int,
+            default=4,
+            help="Run threads per process (default: %(default)s).",
         )
         parser.add_argument(
-            "--processes", type=positive_int, default=1, help="Worker processes to start."
+            "--processes",
+            type=positive_int,
+            default=1,
+            help="Worker processes to start (default: %(default)s).",
         )
         parser.add_argument(
             "--drain-timeout",
             type=seconds,
             default=30.0,
-            help="Seconds to let running tasks finish after SIGTERM.",
+            help="Seconds to let running tasks finish after SIGTERM (default: %(default)g).",
         )
         parser.add_argument(
-            "--burst", action="store_true", help="Exit when no task is left to run."
+            "--burst", action="store_true", help="Exit when no task is left to run (default: off)."
         )
         parser.add_argument(
             "--no-recover-zombies",
             action="store_true",
-            help="Do not recover the tasks of dead workers.",
+            help="Do not recover the tasks of dead workers (default: recover them).",
         )
         parser.add_argument(
             "--poll-interval",
             type=seconds,
             default=None,
-            help="Idle poll interval in seconds where LISTEN/NOTIFY is unavailable.",
+            help="Idle poll interval in seconds where LISTEN/NOTIFY is unavailable "
+            "(default: DJANGO_WORKERS['POLL_INTERVAL'], 0.2).",
         )
         parser.add_argument("--skip-checks", action="store_true", help="Skip system checks.")
 
