@@ -131,6 +131,18 @@ class WorkerLost(WorkersError):
     code = "worker_lost"
 
 
+class RuntimeInTransaction(WorkersError, RuntimeError):
+    """A runtime was started where its threads cannot reach the caller's uncommitted data."""
+
+    code = "runtime_in_transaction"
+
+
+class TasksKeepComing(WorkersError, AssertionError):
+    """``testing.run_tasks`` ran its most rounds and tasks still kept submitting tasks."""
+
+    code = "tasks_keep_coming"
+
+
 class WorkflowExists(WorkersError):
     """A different workflow plan was already submitted under this id."""
 

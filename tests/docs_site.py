@@ -60,8 +60,14 @@ def docs_database(django_db_setup: None, django_db_blocker: Any) -> Iterator[Non
         teardown_databases(created, verbosity=0)
 
 
+#: Pages that run their tasks themselves (django_workers.testing): no worker races them.
+PAGES_WITHOUT_WORKER = {"testing.md"}
+
+
 @pytest.fixture(scope="module")
-def docs_site(docs_database: None, django_db_blocker: Any) -> Iterator[None]:
+def docs_site(
+    request: pytest.FixtureRequest, docs_database: None, django_db_blocker: Any
+) -> Iterator[None]:
     """Serve one page: real commits on the test database, a worker runtime on a thread."""
     from django.test import override_settings
 
@@ -73,11 +79,14 @@ def docs_site(docs_database: None, django_db_blocker: Any) -> Iterator[None]:
         sys.path.insert(0, str(EXAMPLE_PROJECT))
     with django_db_blocker.unblock(), override_settings(TASKS=DOCS_TASKS, DJANGO_WORKERS={}):
         _forget_everything()
-        served = start_runtime(default_store(), concurrency=4)
+        served = None
+        if request.path.name not in PAGES_WITHOUT_WORKER:
+            served = start_runtime(default_store(), concurrency=4)
         try:
             yield
         finally:
-            served.stop()
+            if served is not None:
+                served.stop()
             close_listeners()
             _forget_everything()
             reset_default_store()

@@ -380,3 +380,43 @@ def dj_sleep(seconds: float) -> str:
 @task(backend="workers", takes_context=True)
 def dj_fail_every_attempt(context: TaskContext) -> None:
     raise RuntimeError(f"attempt {context.attempt} fails")
+
+
+# -- run in the test's own thread by django_workers.testing ------------------------------------
+
+
+def submits_child(key: str) -> str:
+    """Submit ``add(2, 3)`` under ``key`` and return its task id."""
+    from django_workers import System, submit_task
+
+    return submit_task(key, add, System(), args=[2, 3], scope="global")
+
+
+def resubmits_itself(n: int) -> None:
+    """Submit the next of an endless chain of itself."""
+    from django_workers import System, submit_task
+
+    submit_task(f"chain-{n + 1}", resubmits_itself, System(), args=[n + 1], scope="global")
+
+
+def cancels_itself() -> str:
+    """Cancel this task through the public API, then stop at the next check."""
+    from django_workers import System, cancel_task, current_run
+
+    cancel_task(current_run().id, System())
+    current_run().raise_if_cancelled()
+    return "not cancelled"
+
+
+def progress_as_stored(pct: float) -> float:
+    """Report ``pct``, then return the progress the store holds for this task."""
+    from django_workers import System, current_run, get_task_status, update_progress
+
+    update_progress(current_run(), pct)
+    return get_task_status(current_run().id, System()).progress
+
+
+def current_task_id() -> str:
+    from django_workers import current_run
+
+    return current_run().id

@@ -176,6 +176,7 @@ class WorkerRuntime:
         self._renewed = time.monotonic()
 
     def _start(self) -> None:
+        self.store.check_runtime_start()
         self._sync_clock()
         self._register()
         if self.recover_zombies:

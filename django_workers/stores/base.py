@@ -331,5 +331,8 @@ class WorkerStore(abc.ABC):
     def notify_cancelled(self, task_id: str, run_id: str) -> None:  # noqa: B027
         """Tell the worker running ``run_id`` to stop (a no-op without LISTEN/NOTIFY)."""
 
+    def check_runtime_start(self) -> None:  # noqa: B027
+        """Raise RuntimeInTransaction if a runtime's threads cannot work from this thread now."""
+
     def clear_records(self) -> None:  # noqa: B027
         """Forget every record; volatile stores only, a no-op on durable ones."""

@@ -21,6 +21,7 @@ from django.utils import timezone
 from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
 from django_workers.conf import workers_settings
+from django_workers.exceptions import RuntimeInTransaction
 from django_workers.info import LIVE_STATUSES, TaskInfo, TaskStatus
 from django_workers.lifecycle import EndKind, TaskEnd
 from django_workers.models import (
@@ -465,6 +466,21 @@ class DatabaseWorkerStore(WorkerStore):
         for django_only in ("cursor_factory", "context", "prepare_threshold"):
             params.pop(django_only, None)
         return params
+
+    def check_runtime_start(self) -> None:
+        connection = connections[self.using]
+        if connection.vendor != "sqlite" or not connection.in_atomic_block:
+            return
+        # SQLite has one write lock, held by this thread's open transaction: the runtime's
+        # threads would wait for it forever ("database table is locked").
+        raise RuntimeInTransaction(
+            "A WorkerRuntime cannot run on SQLite while this thread is inside a transaction "
+            "(such as a django.test.TestCase): its threads cannot see the uncommitted tasks "
+            "and wait for the transaction's lock forever. In tests, run the tasks in the "
+            "test's own thread with django_workers.testing (run_tasks(), the `workers` pytest "
+            "fixture or WorkersTestMixin), or use TransactionTestCase / "
+            "@pytest.mark.django_db(transaction=True)."
+        )
 
     def reset_connection(self) -> None:
         with contextlib.suppress(DatabaseError):
