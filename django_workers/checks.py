@@ -289,11 +289,15 @@ def _retention_error(problem: str, did_you_mean: str = "") -> Error:
     )
 
 
-@register(Tags.database)
 def check_migrations_applied(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """Report a workers database whose django_workers migrations are not all applied."""
+    """Report a workers database whose django_workers migrations are not all applied.
+
+    Not a registered check: ``migrate`` runs the database checks before it migrates,
+    so a registered one would stop the very command that fixes it. The commands that
+    need the tables (``runworkers``, ``workers``) call it themselves.
+    """
     alias = workers_settings.DATABASE
     if not databases or not isinstance(alias, str) or alias not in databases:
         return []
@@ -325,3 +329,15 @@ def check_migrations_applied(
             id="django_workers.E013",
         )
     ]
+
+
+def workers_databases() -> list[str]:
+    """The database alias the workers use, if it is one of DATABASES."""
+    alias = workers_settings.DATABASE
+    return [alias] if isinstance(alias, str) and alias in settings.DATABASES else []
+
+
+def missing_tables() -> str | None:
+    """One paragraph saying what to do if the django_workers tables are missing, else None."""
+    problems = check_migrations_applied(databases=workers_databases())
+    return "\n".join(f"{p.msg}\nHINT: {p.hint} ({p.id})" for p in problems) or None

@@ -109,3 +109,15 @@ def test_runworkers_shows_the_sqlite_warning_at_start(monkeypatch: pytest.Monkey
     out, err = io.StringIO(), io.StringIO()
     call_command("runworkers", "--burst", skip_checks=False, stdout=out, stderr=err)
     assert "django_workers.W001" in err.getvalue()
+
+
+def test_migrate_creates_the_tables_that_runworkers_asks_for(tmp_path: Path) -> None:
+    sqlite_path = tmp_path / "fresh.sqlite3"
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    env["PYTHONPATH"] = str(ROOT)
+    env["WORKERS_SQLITE_PATH"] = str(sqlite_path)
+    # migrate runs the database checks before migrating: none may stop it on a fresh database.
+    migrate = [sys.executable, "-m", "django", "migrate", "--settings=tests.settings"]
+    done = run(migrate, env)
+    assert done.returncode == 0, done.stderr
+    assert runworkers(None, sqlite_path).returncode == 0

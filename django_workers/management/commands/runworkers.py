@@ -11,7 +11,6 @@ import argparse
 import sys
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import (
     BaseCommand,
     CommandError,
@@ -21,7 +20,8 @@ from django.core.management.base import (
 from django.db import DatabaseError, connections
 
 import django_workers
-from django_workers.conf import queue_limits, workers_settings
+from django_workers.checks import missing_tables, workers_databases
+from django_workers.conf import queue_limits
 from django_workers.runtime.process import build_runtime, configure_logging, install_signal_handlers
 from django_workers.stores import default_store
 
@@ -45,11 +45,6 @@ def queue_list(value: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError("give one or more queue names separated by commas")
     return names
-
-
-def _workers_database() -> list[str]:
-    alias = workers_settings.DATABASE
-    return [alias] if isinstance(alias, str) and alias in settings.DATABASES else []
 
 
 EPILOG = """\
@@ -134,10 +129,12 @@ class Command(BaseCommand):
         configure_logging(options["verbosity"])
         # The database first: the checks read it, and an unreachable one would fail them
         # with a traceback instead of this one message.
-        for alias in _workers_database():
+        for alias in workers_databases():
             self._check_database(alias)
         if not options["skip_checks"]:
-            self.check(databases=_workers_database())
+            self.check(databases=workers_databases())
+            if problem := missing_tables():
+                raise CommandError(problem)
         store = default_store()
         if options["processes"] > 1:
             from django_workers.runtime.supervisor import Supervisor

@@ -23,6 +23,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django_workers import operations
 from django_workers.api import MAX_LIMIT, cancel_task, get_all_tasks, get_task_status
 from django_workers.authority import Authority, Owner, System
+from django_workers.checks import missing_tables
 from django_workers.exceptions import (
     InvalidTaskKey,
     TaskAlreadyFinished,
@@ -124,6 +125,8 @@ class Command(BaseCommand):
                 "memory of one process; this command runs in its own process and would see "
                 "none. Use it with a durable store such as the database store."
             )
+        if problem := missing_tables():
+            raise CommandError(problem)
         self.as_json = options["json"]
         handler: Callable[[WorkerStore, dict[str, Any]], None] = getattr(
             self, f"do_{options['subcommand']}"
