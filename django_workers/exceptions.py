@@ -7,6 +7,8 @@ exception whose meaning matches, so generic handlers keep working.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
 
 
@@ -143,16 +145,47 @@ class TasksKeepComing(WorkersError, AssertionError):
     code = "tasks_keep_coming"
 
 
+class WorkflowNotFound(WorkersError, ObjectDoesNotExist, LookupError):
+    """No such workflow, or one the caller may not see (the two look the same)."""
+
+    code = "not_found"
+
+    def __init__(self, workflow_id: str) -> None:
+        self.workflow_id = workflow_id
+        super().__init__(
+            f"No workflow with id {workflow_id!r} is visible to this authority. Check the id "
+            "the plan was scoped to (it is not the id you passed) and the authority."
+        )
+
+
 class WorkflowExists(WorkersError):
     """A different workflow plan was already submitted under this id."""
 
     code = "workflow_exists"
 
+    def __init__(self, workflow_id: str, plan_hash: str, existing_hash: str) -> None:
+        self.workflow_id = workflow_id
+        self.plan_hash = plan_hash
+        self.existing_hash = existing_hash
+        super().__init__(
+            f"Workflow {workflow_id!r} already exists with a different plan (hash "
+            f"{existing_hash[:12]}, this one {plan_hash[:12]}). Submit the same plan to get its "
+            "handle, or use a new workflow id."
+        )
+
 
 class InvalidWorkflow(WorkersError, ValueError):
-    """A workflow plan is malformed."""
+    """A workflow plan is malformed; ``problems`` lists every mistake found, in order."""
 
     code = "invalid_workflow"
+
+    def __init__(self, problems: str | Iterable[str]) -> None:
+        self.problems = (problems,) if isinstance(problems, str) else tuple(problems)
+        listed = "\n".join(f"- {problem}" for problem in self.problems)
+        count = len(self.problems)
+        super().__init__(
+            f"The workflow is invalid ({count} problem{'' if count == 1 else 's'}):\n{listed}"
+        )
 
 
 class RemoteTaskError(WorkersError):

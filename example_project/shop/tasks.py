@@ -41,6 +41,11 @@ def charge_card(order_id: int, outage_attempts: int) -> str:
     return f"order {order_id} charged on attempt {attempt}"
 
 
+def refund_card(order_id: int) -> str:
+    """Give back what ``charge_card`` took: the compensation step of a charge."""
+    return f"order {order_id} refunded"
+
+
 def export_catalog(products: int) -> int:
     """Export the catalogue, one product at a time; stops when cancelled."""
     for done in range(1, products + 1):

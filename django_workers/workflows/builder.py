@@ -1,0 +1,478 @@
+"""Declaring a workflow: ``Workflow``, its nodes, and the frozen plan they check out to.
+
+A ``Workflow`` only records: ``add``, ``.after()``, ``.always()``, ``.undo()``
+and ``.priority()`` never raise for a misuse (an object that is not a node of
+this workflow, a duplicate or malformed name, a node that runs after one added
+later, a second undo). ``Workflow.plan()`` then checks every node's task,
+arguments, queue, priority and options the way a plain task submission is
+checked, and raises one ``InvalidWorkflow`` listing every problem, or returns
+a ``WorkflowPlan``. Nothing is written here.
+
+The plan hash
+-------------
+``WorkflowPlan.plan_hash`` is the SHA-256 hex digest of the UTF-8 bytes of the
+plan's canonical JSON (``WorkflowPlan.canonical_json()``): sorted keys, no
+whitespace (``separators=(",", ":")``), ASCII only (``ensure_ascii=True``), of
+
+    {"encoding": 1, "fail_fast": bool, "undo_on_cancel": bool, "nodes": [node, ...]}
+
+with the nodes in the order they were added, each
+
+    {"name": str, "deps": [names, sorted], "always": bool, "task": dotted path,
+     "args": list, "kwargs": dict, "queue": str, "priority": int,
+     "options": dict, "undo": null | {"task", "args", "kwargs", "queue", "options"}}
+
+Arguments appear as they will be stored (after the JSON round trip), options
+as ``TaskOptions.to_json()`` gives them. The workflow id and its owner are not
+hashed: the id is what two plans are compared under.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Self
+
+from django.tasks import Task
+
+from django_workers.authority import (
+    Authority,
+    Owner,
+    check_authority,
+    scoped_task_key,
+    user_id_of,
+)
+from django_workers.exceptions import (
+    ArgumentsNotSerializable,
+    ArgumentsTooLarge,
+    AuthorizationError,
+    InvalidTaskKey,
+    InvalidTaskOptions,
+    InvalidWorkflow,
+    TaskNotImportable,
+)
+from django_workers.options import TaskOptions
+from django_workers.references import TaskRef, task_path
+from django_workers.stores import WorkerStore, default_store
+from django_workers.submission import (
+    DEFAULT_OPTIONS,
+    DEFAULT_QUEUE,
+    _authorize_queue,
+    _check_args,
+    _check_kwargs,
+    _check_listed,
+    _check_priority,
+    _check_queue,
+    _check_size,
+    _options_json,
+)
+from django_workers.workflows import machine
+
+NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+#: Ids a workflow may not take (they name listings, not workflows).
+RESERVED_IDS: Final = frozenset({"index"})
+#: The version of the canonical JSON the plan hash is taken over.
+HASH_ENCODING: Final = 1
+
+#: The refusals of a task submission that mean bad input, collected into InvalidWorkflow.
+_BAD_INPUT: Final = (
+    InvalidTaskKey,
+    InvalidTaskOptions,
+    TaskNotImportable,
+    ArgumentsNotSerializable,
+    ArgumentsTooLarge,
+)
+
+# -- the plan ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UndoPlan:
+    """A node's compensation step, checked: what runs if the node's work must be undone."""
+
+    task_path: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue: str
+    options: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the undo as the plan hash encodes it."""
+        return {
+            "task": self.task_path,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "queue": self.queue,
+            "options": self.options,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodePlan:
+    """One node, checked: its place in the graph and the task record it will become."""
+
+    name: str
+    #: The nodes it runs after, in the order they were added.
+    deps: tuple[str, ...]
+    always: bool
+    task_path: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue: str
+    priority: int
+    #: The task's options as stored (``TaskOptions.to_json()``).
+    options: dict[str, Any]
+    undo: UndoPlan | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Return the node as the plan hash encodes it."""
+        return {
+            "name": self.name,
+            "deps": sorted(self.deps),
+            "always": self.always,
+            "task": self.task_path,
+            "args": self.args,
+            "kwargs": self.kwargs,
+            "queue": self.queue,
+            "priority": self.priority,
+            "options": self.options,
+            "undo": self.undo.to_json() if self.undo else None,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkflowPlan:
+    """A checked workflow, ready to be written: nothing in it can be refused as bad input."""
+
+    #: The scoped id: ``"<user_id>::<key>"`` for an Owner, the key itself for System().
+    id: str
+    #: The id as given to ``Workflow``.
+    key: str
+    #: The owner's user id, None for a global workflow.
+    owner: str | None
+    fail_fast: bool
+    undo_on_cancel: bool
+    #: In the order they were added.
+    nodes: tuple[NodePlan, ...]
+    plan_hash: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        digest = hashlib.sha256(self.canonical_json().encode()).hexdigest()
+        object.__setattr__(self, "plan_hash", digest)
+
+    def canonical_json(self) -> str:
+        """Return the JSON document the plan hash is taken over."""
+        document = {
+            "encoding": HASH_ENCODING,
+            "fail_fast": self.fail_fast,
+            "undo_on_cancel": self.undo_on_cancel,
+            "nodes": [node.to_json() for node in self.nodes],
+        }
+        return json.dumps(
+            document, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False
+        )
+
+    def machine_nodes(self) -> list[machine.Node]:
+        """Return the nodes as the state machine's ``start`` takes them."""
+        return [
+            machine.Node(
+                name=node.name, deps=node.deps, always=node.always, has_undo=node.undo is not None
+            )
+            for node in self.nodes
+        ]
+
+
+# -- the builder ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A task and its arguments as the caller gave them, checked only by ``plan()``."""
+
+    task: TaskRef
+    args: Any
+    kwargs: Any
+    queue: Any
+
+
+class WorkflowNode:
+    """A node of one workflow, returned by ``Workflow.add``; its methods chain."""
+
+    __slots__ = (
+        "_after",
+        "_always",
+        "_call",
+        "_index",
+        "_options",
+        "_priority",
+        "_undo",
+        "_workflow",
+        "name",
+    )
+
+    def __init__(
+        self, workflow: Workflow, index: int, name: str, call: _Call, options: Any
+    ) -> None:
+        self._workflow = workflow
+        self._index = index
+        self.name = name
+        self._call = call
+        self._options = options
+        self._after: set[int] = set()
+        self._always = False
+        self._priority: Any = None
+        self._undo: _Call | None = None
+
+    def __repr__(self) -> str:
+        return f"<WorkflowNode {self.name!r} of {self._workflow.id!r}>"
+
+    def after(self, *nodes: WorkflowNode) -> Self:
+        """Run this node after ``nodes``, each added to the same workflow before it."""
+        for node in nodes:
+            problem = self._dependency_problem(node)
+            if problem:
+                self._workflow._record(problem)
+            else:
+                self._after.add(node._index)
+        return self
+
+    def always(self) -> Self:
+        """Run this node once its dependencies have ended, however they ended."""
+        self._always = True
+        return self
+
+    def undo(
+        self,
+        task: TaskRef,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+    ) -> Self:
+        """Give this node a compensation step, run if the workflow must undo its work."""
+        if self._undo is not None:
+            self._workflow._record(
+                f"Node {self.name!r} is given a second .undo(); a node has at most one."
+            )
+        else:
+            self._undo = _Call(task, args, kwargs, queue)
+        return self
+
+    def priority(self, priority: int) -> Self:
+        """Set the priority of this node's task in its queue (-100 to 100)."""
+        self._priority = priority
+        return self
+
+    def _dependency_problem(self, node: object) -> str | None:
+        if not isinstance(node, WorkflowNode):
+            return (
+                f"Node {self.name!r} runs .after() a {type(node).__name__}, not a node; pass "
+                "the objects wf.add() returned."
+            )
+        if node._workflow is not self._workflow:
+            return (
+                f"Node {self.name!r} runs .after() node {node.name!r} of another workflow "
+                f"({node._workflow.id!r}); a workflow's nodes depend only on each other."
+            )
+        if node is self:
+            return f"Node {self.name!r} runs .after() itself."
+        if node._index > self._index:
+            return (
+                f"Node {self.name!r} runs .after() node {node.name!r}, which was added after it; "
+                "add a node's dependencies first (so no cycle can be built)."
+            )
+        return None
+
+
+class Workflow:
+    """A DAG of tasks across queues, declared node by node and checked by ``plan()``."""
+
+    def __init__(
+        self,
+        id: str,
+        authority: Authority,
+        *,
+        fail_fast: bool = False,
+        undo_on_cancel: bool = True,
+    ) -> None:
+        self.authority = check_authority(authority)
+        self.id = id
+        self.fail_fast = fail_fast
+        self.undo_on_cancel = undo_on_cancel
+        self._nodes: list[WorkflowNode] = []
+        self._problems: list[str] = []
+
+    def __repr__(self) -> str:
+        return f"<Workflow {self.id!r}, {len(self._nodes)} nodes>"
+
+    def add(
+        self,
+        name: str,
+        task: TaskRef,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        queue: str | None = None,
+        options: TaskOptions | None = None,
+    ) -> WorkflowNode:
+        """Add a node that runs ``task``; chain ``.after()`` to give it dependencies."""
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            self._record(f"Node name {name!r} must be 1 to 64 letters, digits, '_', '.' or '-'.")
+        elif any(node.name == name for node in self._nodes):
+            self._record(f"Two nodes are named {name!r}; node names are unique in a workflow.")
+        node = WorkflowNode(self, len(self._nodes), name, _Call(task, args, kwargs, queue), options)
+        self._nodes.append(node)
+        return node
+
+    def plan(self, store: WorkerStore | None = None) -> WorkflowPlan:
+        """Check the whole workflow and return its plan, or raise InvalidWorkflow listing all."""
+        problems: list[str] = []
+        scoped_id = self._check_id(problems)
+        for flag in ("fail_fast", "undo_on_cancel"):
+            if not isinstance(getattr(self, flag), bool):
+                problems.append(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
+        if not self._nodes:
+            problems.append("A workflow needs at least one node; add one with wf.add(name, task).")
+        problems.extend(self._problems)
+        nodes = [self._plan_node(node, problems) for node in self._nodes]
+        if problems:
+            raise InvalidWorkflow(problems)
+        assert scoped_id is not None
+        plan = WorkflowPlan(
+            id=scoped_id,
+            key=self.id,
+            owner=user_id_of(self.authority),
+            fail_fast=self.fail_fast,
+            undo_on_cancel=self.undo_on_cancel,
+            nodes=tuple(node for node in nodes if node is not None),
+        )
+        self._authorize(plan, store if store is not None else default_store())
+        return plan
+
+    def _record(self, problem: str) -> None:
+        self._problems.append(problem)
+
+    def _check_id(self, problems: list[str]) -> str | None:
+        key = self.id
+        if not isinstance(key, str) or not ID_PATTERN.fullmatch(key):
+            problems.append(
+                f"Workflow id {key!r} must be 1 to 128 letters, digits, '_', '.' or '-'."
+            )
+            return None
+        if key in RESERVED_IDS:
+            problems.append(f"Workflow id {key!r} is reserved; choose another id.")
+            return None
+        if isinstance(self.authority, Owner):
+            return scoped_task_key(key, self.authority, "user")
+        return scoped_task_key(key, self.authority, "global")
+
+    def _plan_node(self, node: WorkflowNode, problems: list[str]) -> NodePlan | None:
+        where = f"Node {node.name!r}"
+        checked = _check_call(node._call, where, problems)
+        django_task = node._call.task if isinstance(node._call.task, Task) else None
+        options = _attempt(problems, where, _stored_options, node._options, django_task)
+        priority = node._priority
+        if priority is None:
+            priority = getattr(django_task, "priority", 0)
+        priority = _attempt(problems, where, _check_priority, priority)
+        undo = None
+        if node._undo is not None:
+            undo = _plan_undo(node._undo, f"The undo of node {node.name!r}", problems)
+        if checked is None or options is None or priority is None:
+            return None
+        path, args, kwargs, queue = checked
+        return NodePlan(
+            name=node.name,
+            deps=tuple(self._nodes[i].name for i in sorted(node._after)),
+            always=node._always,
+            task_path=path,
+            args=args,
+            kwargs=kwargs,
+            queue=queue,
+            priority=priority,
+            options=options,
+            undo=undo,
+        )
+
+    def _authorize(self, plan: WorkflowPlan, store: WorkerStore) -> None:
+        refusals: list[AuthorizationError] = []
+        for node in plan.nodes:
+            queues = [node.queue] + ([node.undo.queue] if node.undo else [])
+            for queue in queues:
+                try:
+                    _authorize_queue(store, queue, self.authority)
+                except AuthorizationError as e:
+                    refusals.append(e)
+        if refusals:
+            listed = " ".join(str(e) for e in refusals)
+            raise AuthorizationError(
+                f"Workflow {plan.key!r} uses queues its authority may not submit to: {listed}"
+            ) from refusals[0]
+
+
+# -- checks -----------------------------------------------------------------------------------
+
+
+def _attempt(problems: list[str], where: str, check: Any, *args: Any) -> Any:
+    """Return ``check(*args)``, or record its bad-input refusal under ``where`` and return None."""
+    try:
+        return check(*args)
+    except _BAD_INPUT as e:
+        problems.append(f"{where}: {e}")
+        return None
+
+
+def _check_call(
+    call: _Call, where: str, problems: list[str]
+) -> tuple[str, list[Any], dict[str, Any], str] | None:
+    path = _attempt(problems, where, task_path, call.task)
+    django_task = call.task if isinstance(call.task, Task) else None
+    queue = call.queue
+    if queue is None:
+        queue = django_task.queue_name if django_task else DEFAULT_QUEUE
+    queue = _attempt(problems, where, _queue_name, queue)
+    args = _attempt(problems, where, _check_args, call.args)
+    kwargs = _attempt(problems, where, _check_kwargs, call.kwargs)
+    if args is None or kwargs is None:
+        return None
+    fits = _attempt(problems, where, _fits, args[1] + kwargs[1])
+    if path is None or queue is None or not fits:
+        return None
+    return path, args[0], kwargs[0], queue
+
+
+def _fits(size: int) -> bool:
+    _check_size(size)
+    return True
+
+
+def _plan_undo(call: _Call, where: str, problems: list[str]) -> UndoPlan | None:
+    checked = _check_call(call, where, problems)
+    if checked is None:
+        return None
+    path, args, kwargs, queue = checked
+    takes_context = isinstance(call.task, Task) and call.task.takes_context
+    options = {"takes_context": True} if takes_context else {}
+    return UndoPlan(task_path=path, args=args, kwargs=kwargs, queue=queue, options=options)
+
+
+def _queue_name(queue: object) -> str:
+    # _check_queue is cached, so only a hashable value may reach it.
+    name = _check_queue(queue) if isinstance(queue, str) else _check_queue.__wrapped__(queue)
+    _check_listed(name)
+    return name
+
+
+def _stored_options(options: object, django_task: Task | None) -> dict[str, Any]:
+    if options is None:
+        options = DEFAULT_OPTIONS
+    if not isinstance(options, TaskOptions):
+        raise InvalidTaskOptions(f"options must be a TaskOptions, got {type(options).__name__}.")
+    stored = dict(_options_json(options))
+    if django_task is not None and django_task.takes_context:
+        stored["takes_context"] = True
+    return stored
