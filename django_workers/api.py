@@ -20,6 +20,7 @@ from django.core.exceptions import SynchronousOnlyOperation
 
 from django_workers import clock, lifecycle
 from django_workers.authority import (
+    TASK_ID_MAX_LENGTH,
     Authority,
     Owner,
     Scope,
@@ -134,8 +135,14 @@ def get_all_tasks(
 
 
 def _check_id(task_id: object) -> str:
+    # Checked before any query: a NUL reaches PostgreSQL as an error, not as "no such task".
     if not isinstance(task_id, str) or not task_id:
         raise InvalidTaskKey(f"A task id must be a non-empty string, got {task_id!r}.")
+    if len(task_id) > TASK_ID_MAX_LENGTH or not task_id.isprintable():
+        raise InvalidTaskKey(
+            f"A task id is at most {TASK_ID_MAX_LENGTH} printable characters; got "
+            f"{len(task_id)} characters{'' if task_id.isprintable() else ' with a control one'}."
+        )
     return task_id
 
 

@@ -1,3 +1,5 @@
 from __future__ import annotations
 
-urlpatterns: list = []
+from django.urls import include, path
+
+urlpatterns = [path("workers/", include("django_workers.urls"))]

@@ -1,10 +1,9 @@
-"""URLs of the example project: the admin, where tasks can be watched and cancelled."""
+"""URLs of the example project: the admin, and the REST API to watch and cancel tasks."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    # The REST API mounts here once django_workers.urls exists:
-    # path("workers/", include("django_workers.urls")),
+    path("workers/", include("django_workers.urls")),
 ]
