@@ -1,3 +1,6 @@
 from __future__ import annotations
 
-urlpatterns: list = []
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns: list = [path("admin/", admin.site.urls)]
