@@ -351,3 +351,10 @@ def test_worker_page_needs_the_view_permission(world: World) -> None:
     assert world.client("superuser").get(reverse(WORKERS)).status_code == 200
     detail = reverse(WORKERS) + "w-live/change/"
     assert world.client("superuser").get(detail).status_code == 404
+
+
+def test_filter_counts_count_only_visible_tasks(world: World) -> None:
+    response = world.client("stranger").get(reverse(CHANGELIST), {"_facets": "True"})
+    body = response.content.decode()
+    assert "Pending (1)" in body
+    assert "Completed (0)" in body
