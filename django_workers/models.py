@@ -146,6 +146,7 @@ class WorkerProcess(models.Model):
 
     class Meta:
         verbose_name = "worker process"
+        verbose_name_plural = "worker processes"
         indexes = (models.Index(fields=("heartbeat_at",), name="workers_process_heartbeat"),)
 
     def __str__(self) -> str:

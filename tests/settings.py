@@ -21,6 +21,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.admin",
+    # Serves the admin's CSS to the browser test's live server.
+    "django.contrib.staticfiles",
     "rest_framework",
     "django_workers",
     "tests",
@@ -32,6 +34,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
 ]
 ROOT_URLCONF = "tests.urls"
+STATIC_URL = "static/"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",

@@ -50,6 +50,22 @@ def wait_for_cancel(limit: float = 30.0) -> str:
     return "not cancelled"
 
 
+def creep_until_cancelled(step: float = 0.25, limit: float = 60.0) -> str:
+    """Report one more percent every ``step`` seconds (up to 99) until cancelled."""
+    import time
+
+    from django_workers import current_run, update_progress
+
+    deadline = time.monotonic() + limit
+    pct = 0
+    while time.monotonic() < deadline:
+        current_run().raise_if_cancelled()
+        pct = min(pct + 1, 99)
+        update_progress(current_run(), pct)
+        time.sleep(step)
+    return "not cancelled"
+
+
 def counted_wait_for_cancel(name: str) -> str:
     """Count the call in ``calls[name]`` (the sign it started), then ``wait_for_cancel()``."""
     with _lock:

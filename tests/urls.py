@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+from django.contrib import admin
 from django.urls import include, path
 
-urlpatterns = [path("workers/", include("django_workers.urls"))]
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("workers/", include("django_workers.urls")),
+]

@@ -19,7 +19,6 @@ from rest_framework.views import APIView
 from django_workers.api import cancel_task, get_all_tasks, get_task_status
 from django_workers.authority import Authority
 from django_workers.info import TaskInfo
-from django_workers.rest.authority import authority_of
 from django_workers.rest.errors import exception_handler
 from django_workers.rest.permissions import IsActiveUser
 from django_workers.rest.schema import WorkersSchema
@@ -29,6 +28,7 @@ from django_workers.rest.serializers import (
     TaskPageSerializer,
     TaskSerializer,
 )
+from django_workers.web_authority import authority_for_user
 
 #: What follows a task id in the cancel route; an id may itself end this way.
 CANCEL_SUFFIX = "/actions/cancel"
@@ -77,7 +77,7 @@ class WorkersAPIView(APIView):
 
     def authority(self) -> Authority:
         """The caller's authority: its Owner, or System() for manage_all_tasks."""
-        return authority_of(self.request.user)
+        return authority_for_user(self.request.user)
 
 
 def task_answer(info: TaskInfo) -> Response:

@@ -1,0 +1,119 @@
+"""The admin in a real browser: watch a task's progress bar advance, then cancel it.
+
+Headless Chromium from Debian's ``chromium`` and ``chromium-driver`` packages,
+driven with Selenium, against a live server and a real ``runworkers``
+subprocess. Screenshots go to ``test-artifacts/admin/`` (or
+``$WORKERS_TEST_ARTIFACTS/admin/``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.contrib.auth.models import User
+from django.urls import reverse
+
+from django_workers import Owner, System, TaskStatus, get_task_status, submit_task
+from tests.helpers import ROOT, WorkerProcesses, wait_until
+
+pytestmark = pytest.mark.integration
+
+INSTALL_HINT = (
+    "The admin browser test needs headless Chromium and its driver: "
+    "`apt-get install chromium chromium-driver` (Debian/Ubuntu) and "
+    "`pip install -e .[dev]` for Selenium. .ci/run installs both."
+)
+PASSWORD = "browser-test-password"
+
+
+def artifacts_dir() -> Path:
+    root = Path(os.environ.get("WORKERS_TEST_ARTIFACTS", ROOT / "test-artifacts"))
+    path = root / "admin"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    """A headless Chromium; the test fails, saying how to install it, if it cannot start."""
+    try:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+    except ImportError as e:
+        pytest.fail(f"{INSTALL_HINT} ({e})")
+    binary = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver_path = shutil.which("chromedriver")
+    if binary is None or driver_path is None:
+        pytest.fail(f"{INSTALL_HINT} (chromium: {binary}, chromedriver: {driver_path})")
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    options.add_argument("--window-size=1400,1000")
+    try:
+        driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    except Exception as e:  # the driver reports every start failure its own way
+        pytest.fail(f"{INSTALL_HINT} Chromium did not start: {e}")
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+def progress_of(driver: Any) -> float:
+    from selenium.webdriver.common.by import By
+
+    return float(
+        driver.find_element(By.CSS_SELECTOR, "progress.dw-progress").get_attribute("value")
+    )
+
+
+def test_watch_a_task_advance_and_cancel_it_from_its_page(
+    browser: Any, live_server: Any, worker_processes: WorkerProcesses
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    shots = artifacts_dir()
+    user = User.objects.create_superuser("ada", password=PASSWORD)
+    task_id = submit_task(
+        "long-export", "tests.tasks.creep_until_cancelled", Owner.for_user(user), args=[0.2]
+    )
+    worker_processes.start()
+    worker_processes.wait_registered(1)
+
+    browser.get(live_server.url + reverse("admin:login"))
+    browser.find_element(By.NAME, "username").send_keys("ada")
+    browser.find_element(By.NAME, "password").send_keys(PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    wait_until(lambda: "/login/" not in browser.current_url, timeout=10)
+
+    browser.get(live_server.url + reverse("admin:django_workers_taskrecord_changelist"))
+    assert task_id in browser.page_source
+    browser.save_screenshot(str(shots / "task-list.png"))
+
+    page = live_server.url + reverse(
+        "admin:django_workers_taskrecord_change", args=[quote(task_id)]
+    )
+
+    def reload_progress() -> float:
+        browser.get(page)
+        return progress_of(browser)
+
+    first = wait_until(reload_progress, timeout=20, interval=0.3)
+    wait_until(lambda: reload_progress() > first + 2, timeout=20, interval=0.3)
+    assert "RUNNING" in browser.page_source
+    browser.save_screenshot(str(shots / "task-running.png"))
+
+    browser.find_element(By.CSS_SELECTOR, "button.dw-cancel").click()
+    wait_until(lambda: "was cancelled" in browser.page_source, timeout=10)
+    assert "CANCELLED" in browser.page_source
+    browser.save_screenshot(str(shots / "task-cancelled.png"))
+    assert get_task_status(task_id, System()).status == TaskStatus.CANCELLED
+
+    browser.get(live_server.url + reverse("admin:django_workers_workerprocess_changelist"))
+    browser.save_screenshot(str(shots / "worker-processes.png"))
