@@ -11,6 +11,7 @@ from django_workers.conf import workers_settings
 from django_workers.stores import WorkerStore, reset_default_store
 from django_workers.stores.database import DatabaseWorkerStore
 from django_workers.stores.memory import InMemoryWorkerStore
+from tests import tasks
 from tests.helpers import WorkerProcesses
 
 STORES = ["memory", pytest.param("database", marks=pytest.mark.django_db)]
@@ -54,3 +55,17 @@ def worker_processes(transactional_db: None, tmp_path: Path) -> Iterator[WorkerP
     processes = WorkerProcesses(tmp_path)
     yield processes
     processes.kill_all()
+
+
+@pytest.fixture
+def coordination() -> Iterator[None]:
+    """Fresh coordination state of ``tests.tasks`` (gates, counters) around the test."""
+    tasks.reset_coordination()
+    yield
+    tasks.reset_coordination()
+
+
+@pytest.fixture
+def name(request: pytest.FixtureRequest) -> str:
+    """A name unique to this test, for the coordination state of ``tests.tasks``."""
+    return request.node.nodeid

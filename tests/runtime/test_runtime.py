@@ -53,11 +53,7 @@ HOST = socket.gethostname()[:200]
 Start = Callable[..., RuntimeThread]
 
 
-@pytest.fixture(autouse=True)
-def _coordination() -> Iterator[None]:
-    tasks.reset_coordination()
-    yield
-    tasks.reset_coordination()
+pytestmark = pytest.mark.usefixtures("coordination")
 
 
 @pytest.fixture
@@ -76,12 +72,6 @@ def runtimes() -> Iterator[Start]:
         if served.alive:
             served.stop()
     wait_until(lambda: not runtime_threads(), timeout=10.0)
-
-
-@pytest.fixture
-def name(request: pytest.FixtureRequest) -> str:
-    """A name unique to this test, for the coordination state of ``tests.tasks``."""
-    return request.node.nodeid
 
 
 def submit(store: WorkerStore, key: str, task: Any, **kwargs: Any) -> str:

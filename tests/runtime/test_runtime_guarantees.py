@@ -39,17 +39,7 @@ COMPLETED, FAILED, RUNNING, PENDING = (
 WORKER_LOST = "django_workers.exceptions.WorkerLost"
 
 
-@pytest.fixture(autouse=True)
-def _coordination() -> Iterator[None]:
-    tasks.reset_coordination()
-    yield
-    tasks.reset_coordination()
-
-
-@pytest.fixture
-def name(request: pytest.FixtureRequest) -> str:
-    """A name unique to this test, for the coordination state of ``tests.tasks``."""
-    return request.node.nodeid
+pytestmark = pytest.mark.usefixtures("coordination")
 
 
 @pytest.fixture

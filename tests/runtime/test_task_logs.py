@@ -31,11 +31,7 @@ from tests.helpers import RuntimeThread, start_runtime, wait_for_status, wait_un
 TASKS = "django_workers.runtime.tasks"
 
 
-@pytest.fixture(autouse=True)
-def _coordination() -> Iterator[None]:
-    tasks.reset_coordination()
-    yield
-    tasks.reset_coordination()
+pytestmark = pytest.mark.usefixtures("coordination")
 
 
 @pytest.fixture
