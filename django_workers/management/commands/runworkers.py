@@ -22,30 +22,9 @@ from django.db import DatabaseError, connections
 import django_workers
 from django_workers.checks import missing_tables, workers_databases
 from django_workers.conf import queue_limits
+from django_workers.management.arguments import positive_int, queue_list, seconds
 from django_workers.runtime.process import build_runtime, configure_logging, install_signal_handlers
 from django_workers.stores import default_store
-
-
-def positive_int(value: str) -> int:
-    number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
-    return number
-
-
-def seconds(value: str) -> float:
-    number = float(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {value}")
-    return number
-
-
-def queue_list(value: str) -> list[str]:
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("give one or more queue names separated by commas")
-    return names
-
 
 EPILOG = """\
 verbosity (-v):

@@ -21,52 +21,22 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from django_workers import operations
-from django_workers.api import MAX_LIMIT, cancel_task, get_all_tasks, get_task_status
-from django_workers.authority import Authority, Owner, System
+from django_workers.api import cancel_task, get_all_tasks, get_task_status
+from django_workers.authority import Authority, System
 from django_workers.checks import missing_tables
 from django_workers.exceptions import (
-    InvalidTaskKey,
     TaskAlreadyFinished,
     TaskNotFound,
     WorkersError,
 )
 from django_workers.info import TaskInfo, TaskStatus
+from django_workers.management.arguments import limit, owner, seconds, task_status
 from django_workers.stores import WorkerStore, default_store
 
 HELP = (
     "See and manage django-workers tasks and workers. Acts as System(): it sees, "
     "cancels, retries and deletes the tasks of every user."
 )
-
-
-def task_status(value: str) -> TaskStatus:
-    try:
-        return TaskStatus(value.upper())
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not a status; use one of {', '.join(TaskStatus.values)}"
-        ) from None
-
-
-def limit(value: str) -> int:
-    number = int(value)
-    if not 1 <= number <= MAX_LIMIT:
-        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_LIMIT}, got {number}")
-    return number
-
-
-def seconds(value: str) -> float:
-    number = float(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {value}")
-    return number
-
-
-def owner(value: str) -> Owner:
-    try:
-        return Owner(value)
-    except InvalidTaskKey as e:
-        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 class Command(BaseCommand):
