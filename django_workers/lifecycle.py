@@ -175,9 +175,7 @@ def timeout_end(
     info: TaskInfo, worker_id: str, finished_at: datetime, errors: Sequence[dict[str, str]]
 ) -> TaskEnd:
     """FAILED with TaskTimeoutError, written while the function may still run."""
-    failure = TaskFailure(
-        _path(TaskTimeoutError), cancel_message(CancelReason.TIMEOUT, info.options.timeout)
-    )
+    failure = timeout_failure(info.options.timeout)
     return TaskEnd(
         kind=EndKind.TIMEOUT,
         task_id=info.id,
@@ -190,6 +188,11 @@ def timeout_end(
         errors=with_failure(errors, failure),
         cancel_reason=CancelReason.TIMEOUT,
     )
+
+
+def timeout_failure(timeout: float | None) -> TaskFailure:
+    """The failure a run records when its deadline passed."""
+    return TaskFailure(_path(TaskTimeoutError), cancel_message(CancelReason.TIMEOUT, timeout))
 
 
 def cancelled_error(reason: CancelReason, timeout: float | None = None) -> dict[str, str]:

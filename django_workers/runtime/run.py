@@ -115,12 +115,12 @@ class RunHandle:
     def cancelled_end(self, reason: CancelReason) -> TaskEnd:
         """The run's own end after it stopped for ``reason``."""
         if reason is CancelReason.TIMEOUT:
-            timed_out = self.timed_out_end()
+            failure = lifecycle.timeout_failure(self.info.options.timeout)
             return self.end(
                 TaskStatus.FAILED,
                 cancel_reason=CancelReason.TIMEOUT,
-                error=timed_out.error,
-                errors=timed_out.errors,
+                error=failure.to_json(),
+                errors=lifecycle.with_failure(self._errors, failure),
             )
         return self.end(
             TaskStatus.CANCELLED,

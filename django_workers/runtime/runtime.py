@@ -41,6 +41,7 @@ from django_workers.info import TaskFailure, TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 from django_workers.live import live_runs
 from django_workers.runtime.reporter import (
+    EndItem,
     Reporter,
     report_ends,
     report_recovered,
@@ -61,8 +62,6 @@ CANCEL_POLL = 0.5
 FINISH_BATCH = 200
 #: Exit codes of ``run()``: stopped cleanly; runs outlived the drain; liveness lost.
 EXIT_OK, EXIT_DRAIN_TIMEOUT, EXIT_STALLED = 0, 3, 4
-
-_Item = tuple[TaskEnd, RunHandle, bool]
 
 
 class WorkerRuntime:
@@ -115,7 +114,7 @@ class WorkerRuntime:
         self._closed = threading.Event()
         self._check_cancels = threading.Event()
         self._jobs: queue.SimpleQueue[RunHandle | None] = queue.SimpleQueue()
-        self._ends: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._ends: queue.SimpleQueue[EndItem | None] = queue.SimpleQueue()
         self._reporter = Reporter()
         self._report = self._reporter.report
         self._threads: list[threading.Thread] = []
@@ -344,7 +343,7 @@ class WorkerRuntime:
             self._finisher_since = None
         connections.close_all()
 
-    def _write_ends(self, batch: list[_Item]) -> None:
+    def _write_ends(self, batch: list[EndItem]) -> None:
         won = self._end_with_retry([end for end, _h, _r in batch])
         for (_end, handle, release), _won in zip(batch, won, strict=True):
             if release:
