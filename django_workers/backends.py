@@ -39,7 +39,7 @@ from django_workers.exceptions import (
     TaskNotFound,
     TaskNotImportable,
 )
-from django_workers.info import TaskFailure, TaskInfo, TaskStatus
+from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.references import resolve
 from django_workers.stores import default_store
 from django_workers.submission import TaskSubmission, build_task, write_tasks
@@ -208,7 +208,7 @@ def _errors_of(info: TaskInfo) -> list[TaskError]:
     failures = list(info.errors)
     if info.status == TaskStatus.CANCELLED:
         message = info.error.message if info.error else cancel_message(info.cancel_reason)
-        failures.append(TaskFailure(_path(TaskCancelled), message))
+        failures.append(TaskFailure(class_path(TaskCancelled), message))
     elif info.error is not None and (not failures or failures[-1] != info.error):
         failures.append(info.error)
     return [_task_error(f) for f in failures]
@@ -219,10 +219,6 @@ def _task_error(failure: TaskFailure) -> TaskError:
     # give them the last line a traceback would have, so the message is not lost.
     text = failure.traceback or f"{failure.type}: {failure.message}\n"
     return TaskError(exception_class_path=failure.type, traceback=text)
-
-
-def _path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 # -- the worker side ------------------------------------------------------------------

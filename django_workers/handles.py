@@ -29,7 +29,7 @@ from django_workers.api import cancel_task, get_task_status, submit_task
 from django_workers.authority import Authority, Owner, Scope, check_authority
 from django_workers.cancellation import CancelReason, cancel_message
 from django_workers.exceptions import RemoteTaskError, TaskCancelled
-from django_workers.info import TaskFailure, TaskInfo, TaskStatus
+from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef
 from django_workers.runtime.wakeup import DONE_CHANNEL, ENDED, Listener, parse_notice
@@ -220,7 +220,7 @@ def _value_of(info: TaskInfo) -> Any:
     if failure is None:  # every end records its error; this guards older or foreign rows
         cancelled = info.status == TaskStatus.CANCELLED
         failure = TaskFailure(
-            _path(TaskCancelled) if cancelled else "",
+            class_path(TaskCancelled) if cancelled else "",
             cancel_message(info.cancel_reason) if cancelled else f"Task ended {info.status}",
         )
     raise RemoteTaskError(failure.type, failure.message, failure.traceback)
@@ -234,14 +234,10 @@ def _superseded(own: TaskInfo, newer: TaskInfo) -> TaskInfo:
         status=TaskStatus.CANCELLED,
         cancel_reason=CancelReason.SUPERSEDED,
         result=None,
-        error=TaskFailure(_path(TaskCancelled), message),
+        error=TaskFailure(class_path(TaskCancelled), message),
         # Unknown exactly; the run had certainly ended when the re-run was made.
         finished_at=newer.created_at,
     )
-
-
-def _path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 # -- waking waiters on PostgreSQL ---------------------------------------------------------

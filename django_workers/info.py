@@ -31,6 +31,11 @@ LIVE_STATUSES = frozenset({TaskStatus.WAITING, TaskStatus.PENDING, TaskStatus.RU
 TERMINAL_STATUSES = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
 
 
+def class_path(cls: type) -> str:
+    """The dotted name a failure records for an exception class."""
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 @dataclass(frozen=True, slots=True)
 class TaskFailure:
     """How a run failed: the exception type's dotted name, its message and traceback."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from django_workers.cancellation import CancelReason, cancel_message
 from django_workers.exceptions import TaskCancelled, TaskTimeoutError, WorkerLost
-from django_workers.info import TaskFailure, TaskStatus
+from django_workers.info import TaskFailure, TaskStatus, class_path
 from django_workers.options import TaskOptions
 
 if TYPE_CHECKING:
@@ -192,12 +192,12 @@ def timeout_end(
 
 def timeout_failure(timeout: float | None) -> TaskFailure:
     """The failure a run records when its deadline passed."""
-    return TaskFailure(_path(TaskTimeoutError), cancel_message(CancelReason.TIMEOUT, timeout))
+    return TaskFailure(class_path(TaskTimeoutError), cancel_message(CancelReason.TIMEOUT, timeout))
 
 
 def cancelled_error(reason: CancelReason, timeout: float | None = None) -> dict[str, str]:
     """The stored error of a task ended CANCELLED for ``reason``."""
-    return TaskFailure(_path(TaskCancelled), cancel_message(reason, timeout)).to_json()
+    return TaskFailure(class_path(TaskCancelled), cancel_message(reason, timeout)).to_json()
 
 
 def cancel_end(info: TaskInfo, finished_at: datetime) -> TaskEnd:
@@ -244,7 +244,7 @@ def release_end(info: TaskInfo, worker_id: str) -> TaskEnd:
 
 def zombie_end(row: Mapping[str, Any], finished_at: datetime) -> TaskEnd:
     """What the sweep writes over a dead worker's run (a record's columns in ``row``)."""
-    failure = TaskFailure(_path(WorkerLost), WORKER_LOST_MESSAGE)
+    failure = TaskFailure(class_path(WorkerLost), WORKER_LOST_MESSAGE)
     errors = with_failure(row.get("errors") or [], failure)
     retries = TaskOptions.from_json(row["options"]).retries
     common: dict[str, Any] = {
@@ -289,7 +289,3 @@ def ended_info(info: TaskInfo, end: TaskEnd) -> TaskInfo:
 def failures_of(errors: Sequence[dict[str, str]] | None) -> tuple[TaskFailure, ...]:
     """The stored ``errors`` list as failures, oldest first."""
     return tuple(f for f in map(TaskFailure.from_json, errors or ()) if f is not None)
-
-
-def _path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"

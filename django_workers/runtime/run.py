@@ -20,7 +20,7 @@ from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason, CancelToken
 from django_workers.conf import workers_settings
 from django_workers.exceptions import ArgumentsNotSerializable, ResultTooLarge, TaskCancelled
-from django_workers.info import TaskFailure, TaskInfo, TaskStatus
+from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.lifecycle import TaskEnd
 from django_workers.live import bind_current, unbind_current
 from django_workers.references import json_size, to_json
@@ -228,7 +228,7 @@ def backoff(options: Any, attempt: int) -> float:
 def failure_of(error: BaseException) -> TaskFailure:
     """Record an exception as its type's dotted name, its message and its traceback."""
     return TaskFailure(
-        _path(type(error)),
+        class_path(type(error)),
         _storable(str(error)),
         _storable("".join(traceback.format_exception(error))),
     )
@@ -237,7 +237,3 @@ def failure_of(error: BaseException) -> TaskFailure:
 def _storable(text: str) -> str:
     """Text every database can keep in JSON (PostgreSQL refuses NUL characters)."""
     return text.replace("\x00", "\\x00")
-
-
-def _path(cls: type) -> str:
-    return f"{cls.__module__}.{cls.__qualname__}"

@@ -37,7 +37,7 @@ from django.utils import timezone
 from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
 from django_workers.conf import queue_limits, workers_settings
-from django_workers.info import TaskFailure, TaskInfo, TaskStatus
+from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.lifecycle import TaskEnd
 from django_workers.live import live_runs
 from django_workers.runtime.reporter import (
@@ -379,7 +379,7 @@ class WorkerRuntime:
             logger.error, "The database refused the end of task %s: %s", end.task_id, error
         )
         failure = TaskFailure(
-            f"{type(error).__module__}.{type(error).__qualname__}",
+            class_path(type(error)),
             f"The task ended {end.status} but the database refused to store its outcome: "
             + str(error).replace("\x00", "\\x00")[:2000],
         )
