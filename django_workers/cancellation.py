@@ -21,6 +21,8 @@ class CancelReason(StrEnum):
     TIMEOUT = "timeout"
     SUPERSEDED = "superseded"
     SHUTDOWN = "shutdown"
+    #: A workflow node that will not run: a dependency failed, or the workflow failed fast.
+    WORKFLOW = "workflow"
 
 
 def cancel_message(reason: CancelReason | str, timeout: float | None = None) -> str:
@@ -36,6 +38,7 @@ _MESSAGES = {
     CancelReason.USER: "Cancelled by user",
     CancelReason.SUPERSEDED: "Superseded by a re-run",
     CancelReason.SHUTDOWN: "Cancelled by worker shutdown",
+    CancelReason.WORKFLOW: "Cancelled by its workflow: a dependency failed or was cancelled",
 }
 
 

@@ -110,11 +110,64 @@ class TaskRecord(models.Model):
             models.Index(fields=("-created_at", "-id"), name="workers_task_created"),
             # Retention deletes finished tasks by age.
             models.Index(fields=("status", "finished_at"), name="workers_task_finished"),
+            # A workflow's nodes and undos.
+            models.Index(fields=("workflow",), name="workers_task_workflow"),
         )
         permissions = (("manage_all_tasks", "Can see and cancel every task"),)
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
+
+
+class WorkflowRecordQuerySet(models.QuerySet["WorkflowRecord"]):
+    """Named queries over workflows."""
+
+    def visible_to(self, user_id: str | None) -> WorkflowRecordQuerySet:
+        """Workflows a user owns; every workflow for None (System)."""
+        return self if user_id is None else self.filter(owner=user_id)
+
+    def newest_first(self) -> WorkflowRecordQuerySet:
+        return self.order_by("-created_at", "-id")
+
+
+class WorkflowRecord(models.Model):
+    """One workflow: its plan's hash, its state, and where each node is.
+
+    Its nodes are task records (``TaskRecord.workflow`` is this id); ``nodes``
+    holds the state machine's view of them and each node's undo call. Every
+    change locks this row (``select_for_update``) in the transaction that ends
+    one of its task records.
+    """
+
+    id = models.CharField(primary_key=True, max_length=TASK_ID_MAX_LENGTH)
+    key = models.CharField(max_length=KEY_MAX_LENGTH)
+    owner = models.CharField(max_length=OWNER_MAX_LENGTH, null=True, blank=True)
+    state = models.CharField(max_length=20, default="running")
+    plan_hash = models.CharField(max_length=64)
+    fail_fast = models.BooleanField(default=False)
+    undo_on_cancel = models.BooleanField(default=True)
+    # The machine's flags: whether an unabsorbed failure came first, and the accepted
+    # cancel's undo choice (null: never cancelled).
+    unabsorbed_failure = models.BooleanField(default=False)
+    cancel_undo = models.BooleanField(null=True, blank=True)
+    outcome = models.CharField(max_length=10, null=True, blank=True)
+    nodes = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = WorkflowRecordQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "workflow"
+        ordering = ("-created_at", "-id")
+        indexes = (
+            models.Index(fields=("owner", "-created_at"), name="workers_workflow_owner"),
+            models.Index(fields=("-created_at", "-id"), name="workers_workflow_created"),
+            models.Index(fields=("state", "finished_at"), name="workers_workflow_finished"),
+        )
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.state})"
 
 
 class TaskWatcher(models.Model):
