@@ -40,6 +40,17 @@ from django_workers.info import TaskFailure, TaskInfo, TaskStatus, cancel_reason
 from django_workers.live import current_run
 from django_workers.options import TaskOptions
 from django_workers.stores import default_store, set_queue_authorizer, set_watch_authorizer
+from django_workers.workflows import (
+    Workflow,
+    WorkflowAlreadyFinished,
+    WorkflowHandle,
+    WorkflowInfo,
+    WorkflowNotFound,
+    cancel_workflow,
+    get_all_workflows,
+    get_workflow_status,
+    open_workflow,
+)
 
 try:
     # pyproject.toml is the one place the version is written; this reads what pip installed.
@@ -73,16 +84,25 @@ __all__ = [
     "TaskTimeoutError",
     "WorkerLost",
     "WorkersError",
+    "Workflow",
+    "WorkflowAlreadyFinished",
     "WorkflowExists",
+    "WorkflowHandle",
+    "WorkflowInfo",
+    "WorkflowNotFound",
     "aupdate_progress",
     "cancel_reason",
     "cancel_requested",
     "cancel_task",
+    "cancel_workflow",
     "current_run",
     "default_store",
     "get_all_tasks",
+    "get_all_workflows",
     "get_task_status",
+    "get_workflow_status",
     "open_task",
+    "open_workflow",
     "owner_of",
     "scoped_task_key",
     "set_queue_authorizer",

@@ -158,6 +158,19 @@ class WorkflowNotFound(WorkersError, ObjectDoesNotExist, LookupError):
         )
 
 
+class WorkflowAlreadyFinished(WorkersError):
+    """The workflow has ended (or is compensating); it can no longer be cancelled."""
+
+    code = "already_finished"
+
+    def __init__(self, workflow_id: str, state: str) -> None:
+        self.workflow_id = workflow_id
+        self.state = state
+        super().__init__(
+            f"Workflow {workflow_id!r} is {state}; only a running workflow can be cancelled."
+        )
+
+
 class WorkflowExists(WorkersError):
     """A different workflow plan was already submitted under this id."""
 

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from asgiref.sync import sync_to_async
 
@@ -115,18 +115,7 @@ class TaskHandle:
 
         A wait that times out leaves the task alone; ``cancel()`` stops it.
         """
-        deadline = _deadline(timeout)
-        ends = _task_ends(self._store)
-        woken = threading.Event()
-        with _watching(ends, self.id, woken.set):
-            pause = POLL_FIRST
-            while True:
-                woken.clear()  # before the read: an end after it sets the event again
-                info = self.status()
-                if info.is_finished:
-                    return info
-                step, pause = _next_pause(ends, pause)
-                woken.wait(min(step, self._left(deadline, timeout)))
+        return wait_until_finished(self._store, self.id, self.status, timeout, self._late)
 
     def result(self, timeout: float | None = None) -> Any:
         """Wait for the end; return the run's value, or raise RemoteTaskError with its error."""
@@ -161,7 +150,7 @@ class TaskHandle:
                 if info.is_finished:
                     return info
                 step, pause = _next_pause(ends, pause)
-                step = min(step, self._left(deadline, timeout))
+                step = min(step, _left(deadline, timeout, self._late))
                 with contextlib.suppress(TimeoutError):  # asyncio's: this pause is over
                     await asyncio.wait_for(woken.wait(), step)
 
@@ -186,16 +175,48 @@ class TaskHandle:
             self._final = info
         return info
 
-    def _left(self, deadline: float | None, timeout: float | None) -> float:
-        if deadline is None:
-            return float("inf")
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(
-                f"Task {self.id!r} did not end within {timeout:g} s; it was left alone "
-                "(call cancel() to stop it)."
-            )
-        return left
+    def _late(self, timeout: float) -> str:
+        return (
+            f"Task {self.id!r} did not end within {timeout:g} s; it was left alone "
+            "(call cancel() to stop it)."
+        )
+
+
+class _Finishing(Protocol):
+    @property
+    def is_finished(self) -> bool: ...
+
+
+def wait_until_finished[T: _Finishing](
+    store: WorkerStore,
+    watched_id: str,
+    read: Callable[[], T],
+    timeout: float | None,
+    late: Callable[[float], str],
+) -> T:
+    """Read until ``read()`` is finished, woken by an end notice for ``watched_id`` where
+    the database sends one; TimeoutError with ``late(timeout)`` after ``timeout``."""
+    deadline = _deadline(timeout)
+    ends = _task_ends(store)
+    woken = threading.Event()
+    with _watching(ends, watched_id, woken.set):
+        pause = POLL_FIRST
+        while True:
+            woken.clear()  # before the read: an end after it sets the event again
+            info = read()
+            if info.is_finished:
+                return info
+            step, pause = _next_pause(ends, pause)
+            woken.wait(min(step, _left(deadline, timeout, late)))
+
+
+def _left(deadline: float | None, timeout: float | None, late: Callable[[float], str]) -> float:
+    if deadline is None or timeout is None:
+        return float("inf")
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError(late(timeout))
+    return left
 
 
 def _deadline(timeout: float | None) -> float | None:

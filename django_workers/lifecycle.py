@@ -51,6 +51,9 @@ class EndKind(StrEnum):
     RELEASE = "release"
     #: A volatile store shutting down: pending work that nothing will run ends CANCELLED.
     ABANDON = "abandon"
+    #: A workflow node that will not run ends CANCELLED: waiting or queued when its
+    #: workflow cancels it, or claimed and turned away by the pre-run check.
+    REFUSE = "refuse"
 
 
 _LIVE: Final = frozenset({TaskStatus.WAITING, TaskStatus.PENDING, TaskStatus.RUNNING})
@@ -65,6 +68,8 @@ FROM_STATUSES: Final[Mapping[EndKind, frozenset[TaskStatus]]] = {
     EndKind.REQUEUE: _RUNNING,
     EndKind.RELEASE: _RUNNING,
     EndKind.ABANDON: frozenset({TaskStatus.PENDING}),
+    # RUNNING only with the claiming worker named: its function has not started.
+    EndKind.REFUSE: _LIVE,
 }
 
 #: Kinds whose function may still be executing when the record ends: the slot stays held.
@@ -95,6 +100,9 @@ class TaskEnd:
     errors: list[dict[str, str]] | None = None
     cancel_reason: CancelReason = CancelReason.NONE
     progress: float | None = None
+    #: The workflow whose node (or undo) the record is, which reacts to the end.
+    workflow: str | None = None
+    node: str | None = None
 
     @property
     def from_statuses(self) -> frozenset[TaskStatus]:
@@ -167,6 +175,8 @@ def run_end(
         queue=info.queue,
         status=status,
         finished_at=finished_at,
+        workflow=info.workflow,
+        node=info.node,
         **fields,
     )
 
@@ -187,6 +197,8 @@ def timeout_end(
         error=failure.to_json(),
         errors=with_failure(errors, failure),
         cancel_reason=CancelReason.TIMEOUT,
+        workflow=info.workflow,
+        node=info.node,
     )
 
 
@@ -213,6 +225,8 @@ def cancel_end(info: TaskInfo, finished_at: datetime) -> TaskEnd:
         finished_at=finished_at,
         error=cancelled_error(CancelReason.USER),
         cancel_reason=CancelReason.USER,
+        workflow=info.workflow,
+        node=info.node,
     )
 
 
@@ -227,6 +241,8 @@ def abandon_end(info: TaskInfo, finished_at: datetime) -> TaskEnd:
         finished_at=finished_at,
         error=cancelled_error(CancelReason.SHUTDOWN),
         cancel_reason=CancelReason.SHUTDOWN,
+        workflow=info.workflow,
+        node=info.node,
     )
 
 
@@ -239,6 +255,8 @@ def release_end(info: TaskInfo, worker_id: str) -> TaskEnd:
         worker_id=worker_id,
         queue=info.queue,
         status=TaskStatus.PENDING,
+        workflow=info.workflow,
+        node=info.node,
     )
 
 
@@ -253,6 +271,8 @@ def zombie_end(row: Mapping[str, Any], finished_at: datetime) -> TaskEnd:
         "worker_id": row["worker_id"],
         "queue": row["queue"],
         "errors": errors,
+        "workflow": row.get("workflow"),
+        "node": row.get("node"),
     }
     if row["attempts"] <= retries:
         return TaskEnd(kind=EndKind.REQUEUE, status=TaskStatus.PENDING, **common)
@@ -262,6 +282,29 @@ def zombie_end(row: Mapping[str, Any], finished_at: datetime) -> TaskEnd:
         finished_at=finished_at,
         error=failure.to_json(),
         **common,
+    )
+
+
+def refuse_end(row: Mapping[str, Any], reason: CancelReason, finished_at: datetime) -> TaskEnd:
+    """A workflow node's record that will not run (its columns in ``row``) ends CANCELLED.
+
+    A RUNNING record is refused only by the worker that claimed it, before it starts
+    the function (the pre-run check), so no function is left behind.
+    """
+    status = TaskStatus(row["status"])
+    return TaskEnd(
+        kind=EndKind.REFUSE,
+        task_id=row["id"],
+        run_id=row["run_id"],
+        worker_id=row["worker_id"] if status == TaskStatus.RUNNING else None,
+        from_status=status,
+        queue=row["queue"],
+        status=TaskStatus.CANCELLED,
+        finished_at=finished_at,
+        error=cancelled_error(reason),
+        cancel_reason=reason,
+        workflow=row.get("workflow"),
+        node=row.get("node"),
     )
 
 

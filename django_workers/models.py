@@ -53,8 +53,11 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
         )
 
     def finished_before(self, status: TaskStatus, before: datetime) -> TaskRecordQuerySet:
-        """Records of a terminal ``status`` that finished before ``before`` (retention)."""
-        return self.filter(status=status, finished_at__lt=before)
+        """Records of a terminal ``status`` that finished before ``before`` (retention).
+
+        A workflow's nodes are left out: they go with their workflow.
+        """
+        return self.filter(status=status, finished_at__lt=before, workflow__isnull=True)
 
 
 class TaskRecord(models.Model):

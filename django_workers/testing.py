@@ -94,6 +94,10 @@ def _run_one(store: WorkerStore, info: TaskInfo, worker_id: str, backoff: bool) 
     if not backoff:
         handle.token = _NoWaitToken()
     handle.try_start()
+    if not handle.pre_run_check():
+        refused = store.get_task_info(info.id)
+        assert refused is not None, f"task {info.id} vanished while run_tasks ran it"
+        return refused
     live_runs.add(handle)
     deadline = _deadline(handle)
     run_started.send_robust(run_tasks, info=info)

@@ -5,12 +5,15 @@ when a workflow reaches an end state, so ``WorkflowHandle.wait()`` wakes at once
 (waiters on the rare task id equal to a workflow id just read their row again).
 """
 
+import importlib
+
 import django.utils.timezone
 import django_workers.cancellation
 from django.db import migrations, models
 
 
 TABLE = "django_workers_workflowrecord"
+TASKS = "django_workers_taskrecord"
 ENDS = "('completed', 'failed', 'cancelled', 'compensated', 'compensation_failed')"
 
 FORWARD = f"""
@@ -25,12 +28,48 @@ CREATE TRIGGER django_workers_notify_workflow AFTER UPDATE ON {TABLE}
     FOR EACH ROW
     WHEN (NEW.state IN {ENDS} AND OLD.state NOT IN {ENDS})
     EXECUTE FUNCTION django_workers_notify_workflow();
+
+-- A RUNNING record asked to stop (a cancelled workflow's running node) tells its worker
+-- too: 'c:' on a cancel reason set while the record stays RUNNING.
+CREATE OR REPLACE FUNCTION django_workers_notify_update() RETURNS trigger AS $$
+BEGIN
+    IF NEW.status = 'PENDING' THEN
+        PERFORM pg_notify('django_workers', 'e:' || NEW.queue);
+    ELSE
+        IF OLD.status = 'RUNNING' AND (NEW.status = 'CANCELLED' OR NEW.run_id <> OLD.run_id
+                OR (NEW.status = 'RUNNING' AND NEW.cancel_reason <> OLD.cancel_reason)) THEN
+            PERFORM pg_notify('django_workers', 'c:' || NEW.id);
+        END IF;
+        IF NEW.status IN ('COMPLETED', 'FAILED', 'CANCELLED') THEN
+            PERFORM pg_notify('django_workers_done', 'd:' || NEW.id);
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$ LANGUAGE plpgsql;
+
+DROP TRIGGER IF EXISTS django_workers_notify_update ON {TASKS};
+CREATE TRIGGER django_workers_notify_update AFTER UPDATE ON {TASKS}
+    FOR EACH ROW
+    WHEN (
+        (NEW.status = 'PENDING' AND (OLD.status <> 'PENDING' OR OLD.run_id <> NEW.run_id))
+        OR (OLD.status = 'RUNNING' AND (NEW.status = 'CANCELLED' OR NEW.run_id <> OLD.run_id))
+        OR (OLD.status = 'RUNNING' AND NEW.status = 'RUNNING'
+            AND NEW.cancel_reason <> OLD.cancel_reason)
+        OR (NEW.status IN ('COMPLETED', 'FAILED', 'CANCELLED')
+            AND (OLD.status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+                 OR OLD.run_id <> NEW.run_id))
+    )
+    EXECUTE FUNCTION django_workers_notify_update();
 """
 
 BACKWARD = f"""
 DROP TRIGGER IF EXISTS django_workers_notify_workflow ON {TABLE};
 DROP FUNCTION IF EXISTS django_workers_notify_workflow();
 """
+# Going back past this migration, 0002's task trigger is put back by re-running its SQL.
+_TASK_TRIGGERS = importlib.import_module("django_workers.migrations.0002_postgres_notify_triggers")
+BACKWARD_TASKS = _TASK_TRIGGERS.BACKWARD + _TASK_TRIGGERS.FORWARD
 
 
 def _on_postgres(sql):
@@ -101,5 +140,5 @@ class Migration(migrations.Migration):
             model_name="workflowrecord",
             index=models.Index(fields=["state", "finished_at"], name="workers_workflow_finished"),
         ),
-        migrations.RunPython(_on_postgres(FORWARD), _on_postgres(BACKWARD)),
+        migrations.RunPython(_on_postgres(FORWARD), _on_postgres(BACKWARD + BACKWARD_TASKS)),
     ]

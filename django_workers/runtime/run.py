@@ -26,6 +26,7 @@ from django_workers.live import bind_current, unbind_current
 from django_workers.references import json_size, to_json
 from django_workers.runtime import invoke as invoking
 from django_workers.stores.base import WorkerStore
+from django_workers.workflows.context import WorkflowContext
 
 #: The per-task lines (started, retried, ended), so that a site can silence them alone.
 task_logger = logging.getLogger("django_workers.runtime.tasks")
@@ -53,6 +54,7 @@ class RunHandle:
         self._last_progress_write = 0.0
         self._state = QUEUED
         self._state_lock = threading.Lock()
+        self._workflow = WorkflowContext(info, store) if info.workflow else None
 
     def _move(self, to: str) -> bool:
         with self._state_lock:
@@ -69,6 +71,13 @@ class RunHandle:
         """Give a run that never started back to its queue; False if it has started."""
         return self._move(RELEASED)
 
+    def pre_run_check(self) -> bool:
+        """Whether this run may call its function: a workflow's node asks its workflow first.
+
+        A node its workflow no longer wants (failed fast, cancelled) ends CANCELLED here.
+        """
+        return not self.info.workflow or self.store.begin_runs([self.info])[0]
+
     def snapshot(self) -> TaskInfo:
         """The run as its task sees it now, carrying its token."""
         return replace(
@@ -77,6 +86,7 @@ class RunHandle:
             attempts=self._attempts,
             errors=lifecycle.failures_of(self._errors),
             cancel_reason=self.token.reason,
+            workflow=self._workflow,
             _token=self.token,
         )
 

@@ -279,6 +279,8 @@ class WorkerRuntime:
                 continue
             if not handle.try_start():
                 continue  # given back by the shutdown, which freed its slot
+            if not self._may_start(handle):
+                continue
             if task_logger.isEnabledFor(logging.DEBUG):
                 self._report(
                     task_logger.debug,
@@ -297,6 +299,22 @@ class WorkerRuntime:
             handle.returned = True
             self._ends.put((end, handle, True))
         connections.close_all()
+
+    def _may_start(self, handle: RunHandle) -> bool:
+        """The pre-run check; a refused run or one the database could not check frees its slot."""
+        try:
+            if handle.pre_run_check():
+                return True
+        except DatabaseError as e:
+            self._report(logger.warning, "Pre-run check of %s failed (%s)", handle.task_id, e)
+            self.store.reset_connection()
+            self._give_back([handle])
+            return False
+        self._report(
+            task_logger.info, "Task %s not started: its workflow refused it", handle.task_id
+        )
+        self._release(handle)
+        return False
 
     def _give_back(self, handles: list[RunHandle]) -> None:
         """Put runs that never started back in their queue, their attempt not counted."""

@@ -17,11 +17,14 @@ import abc
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from django_workers.cancellation import CancelReason
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
+
+if TYPE_CHECKING:
+    from django_workers.workflows.records import WorkflowInfo
 
 QueueAuthorizer = Callable[[str, str], bool]
 WatchAuthorizer = Callable[[str, tuple[str, ...], str], bool]
@@ -79,6 +82,21 @@ class NewTask:
     status: TaskStatus = TaskStatus.PENDING
     workflow: str | None = None
     node: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NewWorkflow:
+    """A workflow row to write with its first node records (see ``workflows.records``)."""
+
+    id: str
+    key: str
+    owner: str | None
+    plan_hash: str
+    fail_fast: bool
+    undo_on_cancel: bool
+    #: The row's ``state``, ``outcome``, ``unabsorbed_failure``, ``cancel_undo`` and ``nodes``.
+    state: Mapping[str, Any]
+    created_at: datetime
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +200,15 @@ class WorkerStore(abc.ABC):
     def add_watcher(self, task_id: str, user_id: str) -> bool:
         """Grant ``user_id`` access without duplicating or clobbering; True if newly added."""
 
+    @abc.abstractmethod
+    def submit_workflow(self, workflow: NewWorkflow, tasks: Sequence[NewTask]) -> str | None:
+        """Write a workflow and its node records at once; None if written.
+
+        If the id exists, nothing is written and the existing plan hash is returned.
+        A node record whose id is taken by another task refuses the whole workflow
+        (InvalidWorkflow).
+        """
+
     # -- reading --
 
     @abc.abstractmethod
@@ -199,6 +226,21 @@ class WorkerStore(abc.ABC):
         limit: int = 100,
     ) -> list[TaskInfo]:
         """Tasks ``user_id`` owns or watches (all for None), newest first, then by id."""
+
+    @abc.abstractmethod
+    def get_workflow(self, workflow_id: str) -> WorkflowInfo | None:
+        """The snapshot of a workflow with its nodes' records, or None."""
+
+    @abc.abstractmethod
+    def list_workflows(
+        self,
+        *,
+        user_id: str | None,
+        state: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[WorkflowInfo]:
+        """Workflows ``user_id`` owns (all for None), newest first, then by id."""
 
     # -- state changes --
 
@@ -261,6 +303,18 @@ class WorkerStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def cancel_workflow(self, workflow_id: str, undo: bool | None) -> bool | None:
+        """Cancel a workflow in one transaction; None if missing, False if it had ended."""
+
+    @abc.abstractmethod
+    def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
+        """The pre-run check of claimed workflow runs: which may start their function.
+
+        A run its workflow no longer wants (refused by fail-fast or a cancel, or whose
+        workflow is gone) ends CANCELLED here, in the same transaction.
+        """
+
+    @abc.abstractmethod
     def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
         """Which of ``worker_id``'s runs (task id -> run id) must stop, and why.
 
@@ -300,6 +354,14 @@ class WorkerStore(abc.ABC):
     @abc.abstractmethod
     def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
         """Delete up to ``batch`` records of ``status`` that finished before ``before``."""
+
+    @abc.abstractmethod
+    def delete_finished_workflows(self, before: datetime, batch: int) -> int:
+        """Delete up to ``batch`` workflows that ended before ``before``, with their records."""
+
+    @abc.abstractmethod
+    def count_finished_workflows(self, before: datetime) -> int:
+        """How many workflows ``delete_finished_workflows(before, ...)`` would delete in all."""
 
     @abc.abstractmethod
     def count_finished(self, status: TaskStatus, before: datetime) -> int:

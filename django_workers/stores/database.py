@@ -21,7 +21,7 @@ from django.utils import timezone
 from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
 from django_workers.conf import workers_settings
-from django_workers.exceptions import RuntimeInTransaction
+from django_workers.exceptions import InvalidWorkflow, RuntimeInTransaction
 from django_workers.info import LIVE_STATUSES, TaskInfo, TaskStatus
 from django_workers.lifecycle import EndKind, TaskEnd
 from django_workers.models import (
@@ -30,21 +30,30 @@ from django_workers.models import (
     TaskRecord,
     TaskWatcher,
     WorkerProcess,
+    WorkflowRecord,
     record_fields,
 )
 from django_workers.stores import rows, sql
 from django_workers.stores.base import (
     ANY_RUN,
     NewTask,
+    NewWorkflow,
     QueueCounts,
     RunId,
     Submitted,
     WorkerRegistration,
     WorkerStore,
 )
+from django_workers.workflows import persistence
+from django_workers.workflows.machine import WORKFLOW_ENDS
+from django_workers.workflows.records import WorkflowInfo, info_of
 
 #: The columns a TaskInfo is built from, read with .values() (no model instances).
 COLUMNS = tuple(record_fields())
+#: The columns of a workflow row, read with .values().
+WORKFLOW_COLUMNS = tuple(f.attname for f in WorkflowRecord._meta.concrete_fields)
+#: What a workflow's status reads of each node's record.
+NODE_COLUMNS = ("id", "status", "result", "error", "cancel_reason")
 
 
 class DatabaseWorkerStore(WorkerStore):
@@ -79,6 +88,9 @@ class DatabaseWorkerStore(WorkerStore):
 
     def _workers(self) -> Any:
         return WorkerProcess.objects.using(self.using)
+
+    def _flows(self) -> Any:
+        return WorkflowRecord.objects.using(self.using)
 
     # -- submitting --
 
@@ -127,7 +139,7 @@ class DatabaseWorkerStore(WorkerStore):
             self._records()
             .select_for_update()
             .filter(pk=task_id)
-            .values("status", "run_id")
+            .values("status", "run_id", "workflow")
             .first()
         )
 
@@ -137,6 +149,7 @@ class DatabaseWorkerStore(WorkerStore):
         return list(grants.values_list("user_id", flat=True))
 
     def _resubmit(self, new: NewTask, caller: str | None, row: dict[str, Any]) -> Submitted:
+        rows.refuse_node_key(new.id, row["workflow"])
         grants = self._grants(new.id)
         joining = not rows.watches(new.id, caller, grants)
         if joining:
@@ -176,6 +189,41 @@ class DatabaseWorkerStore(WorkerStore):
             return False  # already watching (unique constraint)
         return True
 
+    def submit_workflow(self, workflow: NewWorkflow, tasks: Sequence[NewTask]) -> str | None:
+        with self._atomic():
+            try:
+                with self._atomic():
+                    self._flows().create(
+                        id=workflow.id,
+                        key=workflow.key,
+                        owner=workflow.owner,
+                        plan_hash=workflow.plan_hash,
+                        fail_fast=workflow.fail_fast,
+                        undo_on_cancel=workflow.undo_on_cancel,
+                        created_at=workflow.created_at,
+                        **workflow.state,
+                    )
+            except IntegrityError:
+                # Another submit of this id got there first (we waited for its commit).
+                found = self._flows().filter(pk=workflow.id).values("plan_hash").first()
+                if found is None:
+                    raise
+                return str(found["plan_hash"])
+            try:
+                with self._atomic():
+                    self._insert(tasks)
+            except IntegrityError:
+                taken = self._records().filter(pk__in=[t.id for t in tasks])
+                raise InvalidWorkflow(
+                    [
+                        f"Task id {task_id!r} is taken by another task; a workflow's node ids "
+                        "are its own. Choose another workflow id."
+                        for task_id in taken.values_list("id", flat=True)
+                    ]
+                    or ["A node's task id is taken; choose another workflow id."]
+                ) from None
+        return None
+
     # -- reading --
 
     def get_task_info(self, task_id: str) -> TaskInfo | None:
@@ -206,6 +254,32 @@ class DatabaseWorkerStore(WorkerStore):
             for task_id, user_id in pairs.values_list("task_id", "user_id"):
                 grants.setdefault(task_id, []).append(user_id)
         return [rows.info_of(row, grants.get(row["id"], ())) for row in found]
+
+    def get_workflow(self, workflow_id: str) -> WorkflowInfo | None:
+        row = self._flows().filter(pk=workflow_id).values(*WORKFLOW_COLUMNS).first()
+        return None if row is None else self._workflow_infos([row])[0]
+
+    def list_workflows(
+        self,
+        *,
+        user_id: str | None,
+        state: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[WorkflowInfo]:
+        qs = self._flows().visible_to(user_id)
+        if state is not None:
+            qs = qs.filter(state=state)
+        return self._workflow_infos(
+            list(qs.newest_first().values(*WORKFLOW_COLUMNS)[offset : offset + limit])
+        )
+
+    def _workflow_infos(self, found: list[dict[str, Any]]) -> list[WorkflowInfo]:
+        if not found:
+            return []
+        records = self._records().filter(workflow__in=[row["id"] for row in found])
+        nodes = {r["id"]: rows.node_record(r) for r in records.values(*NODE_COLUMNS)}
+        return [info_of(row, nodes) for row in found]
 
     # -- state changes --
 
@@ -312,15 +386,40 @@ class DatabaseWorkerStore(WorkerStore):
     def end_tasks(self, ends: Sequence[TaskEnd]) -> list[bool]:
         if not ends:
             return []
+        flows = persistence.workflows_of(ends)
+        if flows:
+            return self._end_in_workflows(ends, flows)
         if self.vendor == "postgresql" and all(e.kind is EndKind.RUN for e in ends):
             return self._end_runs_postgres(ends)
         # A lone end that touches no slot is one conditional UPDATE: atomic by itself.
         alone = len(ends) == 1 and not ends[0].holds_slot and ends[0].kind is not EndKind.RUN
-        # Extension point: a workflow reacts to the ends that won, in this transaction.
         with nullcontext() if alone else self._atomic():
-            won = [self._end(end) for end in ends]
-            self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
+            return self._write_ends(ends)
+
+    def _write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
+        won = [self._end(end) for end in ends]
+        self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
+        return won
+
+    def _end_in_workflows(self, ends: Sequence[TaskEnd], flows: list[str]) -> list[bool]:
+        """Ends of workflow nodes: their workflows react in the same transaction."""
+        book = _Book(self)
+        with self._atomic():
+            # Workflow rows before task rows: the order every writer here takes.
+            book.lock_workflows(flows)
+            won = self._write_ends(ends)
+            persistence.react(book, [e for e, ok in zip(ends, won, strict=True) if ok], clock.now())
             return won
+
+    def cancel_workflow(self, workflow_id: str, undo: bool | None) -> bool | None:
+        with self._atomic():
+            return persistence.cancel(_Book(self), workflow_id, undo, clock.now())
+
+    def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
+        if not runs:
+            return []
+        with self._atomic():
+            return persistence.begin(_Book(self), runs, clock.now())
 
     def _end(self, end: TaskEnd) -> bool:
         fenced = self._fenced(end.task_id, end.run_id).filter(status__in=list(end.from_statuses))
@@ -440,7 +539,17 @@ class DatabaseWorkerStore(WorkerStore):
                 self._records()
                 .filter(status=TaskStatus.RUNNING)
                 .exclude(worker_id__in=live)
-                .values("id", "run_id", "worker_id", "queue", "attempts", "options", "errors")
+                .values(
+                    "id",
+                    "run_id",
+                    "worker_id",
+                    "queue",
+                    "attempts",
+                    "options",
+                    "errors",
+                    "workflow",
+                    "node",
+                )
             )
             ends = [lifecycle.zombie_end(row, now) for row in zombies]
             won = self.end_tasks(ends)
@@ -505,6 +614,62 @@ class DatabaseWorkerStore(WorkerStore):
         with self._atomic():
             self._watchers().filter(task_id__in=ids).delete()
             return self._records().filter(pk__in=ids, status=status)._raw_delete(self.using)
+
+    def delete_finished_workflows(self, before: datetime, batch: int) -> int:
+        ended = self._flows().filter(state__in=list(WORKFLOW_ENDS), finished_at__lt=before)
+        ids = list(ended.values_list("id", flat=True)[:batch])
+        if not ids:
+            return 0
+        with self._atomic():
+            doomed = self._records().filter(workflow__in=ids)
+            self._watchers().filter(task__in=doomed.values("id")).delete()
+            doomed._raw_delete(self.using)
+            return int(
+                self._flows()
+                .filter(pk__in=ids, state__in=list(WORKFLOW_ENDS))
+                ._raw_delete(self.using)
+            )
+
+    def count_finished_workflows(self, before: datetime) -> int:
+        ended = self._flows().filter(state__in=list(WORKFLOW_ENDS), finished_at__lt=before)
+        return int(ended.count())
+
+
+class _Book:
+    """The row operations the workflow routine runs in this store's transaction."""
+
+    def __init__(self, store: DatabaseWorkerStore) -> None:
+        self.store = store
+
+    def lock_workflows(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        if not ids:
+            return {}
+        qs = self.store._flows().filter(pk__in=list(ids)).order_by("pk")
+        return {row["id"]: row for row in qs.select_for_update().values(*WORKFLOW_COLUMNS)}
+
+    def save_workflow(self, workflow_id: str, fields: Mapping[str, Any]) -> None:
+        self.store._flows().filter(pk=workflow_id).update(**fields)
+
+    def node_records(self, task_ids: Sequence[str]) -> list[dict[str, Any]]:
+        found = self.store._records().filter(pk__in=list(task_ids))
+        return list(found.values(*persistence.RECORD_COLUMNS))
+
+    def write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
+        return self.store._write_ends(ends) if ends else []
+
+    def promote(self, task_ids: Sequence[str]) -> None:
+        waiting = self.store._records().filter(pk__in=list(task_ids), status=TaskStatus.WAITING)
+        waiting.update(status=TaskStatus.PENDING)
+
+    def add_tasks(self, news: Sequence[NewTask]) -> None:
+        self.store._records().filter(pk__in=[new.id for new in news]).delete()
+        self.store._insert(news)
+
+    def request_stop(self, task_ids: Sequence[str], reason: CancelReason) -> None:
+        running = self.store._records().filter(
+            pk__in=list(task_ids), status=TaskStatus.RUNNING, cancel_reason=CancelReason.NONE
+        )
+        running.update(cancel_reason=reason)
 
 
 #: The database server's clock, per vendor (UTC); SQLite has none but this process's.

@@ -14,20 +14,25 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django_workers import lifecycle
+from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
+from django_workers.exceptions import InvalidWorkflow
 from django_workers.info import LIVE_STATUSES, TaskInfo, TaskStatus
 from django_workers.lifecycle import EndKind, TaskEnd
 from django_workers.stores import rows
 from django_workers.stores.base import (
     ANY_RUN,
     NewTask,
+    NewWorkflow,
     QueueCounts,
     RunId,
     Submitted,
     WorkerRegistration,
     WorkerStore,
 )
+from django_workers.workflows import persistence
+from django_workers.workflows.machine import WORKFLOW_ENDS
+from django_workers.workflows.records import WorkflowInfo, info_of
 
 
 class InMemoryWorkerStore(WorkerStore):
@@ -44,6 +49,7 @@ class InMemoryWorkerStore(WorkerStore):
         # Held slots: run id -> (queue, worker id) of a function that outlived its record.
         self._held: dict[str, tuple[str, str]] = {}
         self._listeners: list[Callable[[], None]] = []
+        self._flows: dict[str, dict[str, Any]] = {}
 
     # -- submitting --
 
@@ -53,6 +59,7 @@ class InMemoryWorkerStore(WorkerStore):
             if row is None:
                 self._insert(new)
                 return Submitted(new.id, new.run_id, created=True)
+            rows.refuse_node_key(new.id, row["workflow"])
             grants = self._grants[new.id]
             joining = not rows.watches(new.id, caller, grants)
             if joining:
@@ -96,6 +103,34 @@ class InMemoryWorkerStore(WorkerStore):
             grants.append(user_id)
             return True
 
+    def submit_workflow(self, workflow: NewWorkflow, tasks: Sequence[NewTask]) -> str | None:
+        with self._lock:
+            found = self._flows.get(workflow.id)
+            if found is not None:
+                return str(found["plan_hash"])
+            taken = [task.id for task in tasks if task.id in self._rows]
+            if taken:
+                raise InvalidWorkflow(
+                    f"Task id {task_id!r} is taken by another task; a workflow's node ids are "
+                    "its own. Choose another workflow id."
+                    for task_id in taken
+                )
+            self._flows[workflow.id] = {
+                "id": workflow.id,
+                "key": workflow.key,
+                "owner": workflow.owner,
+                "plan_hash": workflow.plan_hash,
+                "fail_fast": workflow.fail_fast,
+                "undo_on_cancel": workflow.undo_on_cancel,
+                "created_at": workflow.created_at,
+                "finished_at": None,
+                **copy.deepcopy(dict(workflow.state)),
+            }
+            for task in tasks:
+                self._insert(task)
+        self.notify_enqueued({task.queue for task in tasks})
+        return None
+
     # -- reading --
 
     def get_task_info(self, task_id: str) -> TaskInfo | None:
@@ -125,6 +160,37 @@ class InMemoryWorkerStore(WorkerStore):
             ]
             found.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
             return [self._info(row) for row in found[offset : offset + limit]]
+
+    def get_workflow(self, workflow_id: str) -> WorkflowInfo | None:
+        with self._lock:
+            row = self._flows.get(workflow_id)
+            return None if row is None else self._workflow_info(row)
+
+    def list_workflows(
+        self,
+        *,
+        user_id: str | None,
+        state: str | None = None,
+        offset: int = 0,
+        limit: int = 100,
+    ) -> list[WorkflowInfo]:
+        with self._lock:
+            found = [
+                row
+                for row in self._flows.values()
+                if (user_id is None or row["owner"] == user_id)
+                and (state is None or row["state"] == state)
+            ]
+            found.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
+            return [self._workflow_info(row) for row in found[offset : offset + limit]]
+
+    def _workflow_info(self, row: dict[str, Any]) -> WorkflowInfo:
+        records = {
+            task_id: rows.node_record(record)
+            for task_id, record in self._rows.items()
+            if record["workflow"] == row["id"]
+        }
+        return info_of(copy.deepcopy(row), records)
 
     # -- state changes --
 
@@ -207,8 +273,28 @@ class InMemoryWorkerStore(WorkerStore):
         return free
 
     def end_tasks(self, ends: Sequence[TaskEnd]) -> list[bool]:
+        book = _Book(self)
         with self._lock:
-            return [self._end(end) for end in ends]
+            won = [self._end(end) for end in ends]
+            if persistence.workflows_of(ends):
+                winners = [e for e, ok in zip(ends, won, strict=True) if ok]
+                persistence.react(book, winners, clock.now())
+        book.wake()
+        return won
+
+    def cancel_workflow(self, workflow_id: str, undo: bool | None) -> bool | None:
+        book = _Book(self)
+        with self._lock:
+            cancelled = persistence.cancel(book, workflow_id, undo, clock.now())
+        book.wake()
+        return cancelled
+
+    def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
+        book = _Book(self)
+        with self._lock:
+            allowed = persistence.begin(book, runs, clock.now())
+        book.wake()
+        return allowed
 
     def _end(self, end: TaskEnd) -> bool:
         row = self._rows.get(end.task_id)
@@ -290,9 +376,33 @@ class InMemoryWorkerStore(WorkerStore):
             task_id
             for task_id, row in self._rows.items()
             if row["status"] == status
+            and row["workflow"] is None
             and row["finished_at"] is not None
             and row["finished_at"] < before
         ]
+
+    def _workflows_finished_before(self, before: datetime) -> list[str]:
+        return [
+            workflow_id
+            for workflow_id, row in self._flows.items()
+            if row["state"] in WORKFLOW_ENDS
+            and row["finished_at"] is not None
+            and row["finished_at"] < before
+        ]
+
+    def delete_finished_workflows(self, before: datetime, batch: int) -> int:
+        with self._lock:
+            doomed = set(self._workflows_finished_before(before)[:batch])
+            for task_id in [t for t, row in self._rows.items() if row["workflow"] in doomed]:
+                del self._rows[task_id]
+                del self._grants[task_id]
+            for workflow_id in doomed:
+                del self._flows[workflow_id]
+            return len(doomed)
+
+    def count_finished_workflows(self, before: datetime) -> int:
+        with self._lock:
+            return len(self._workflows_finished_before(before))
 
     def count_finished(self, status: TaskStatus, before: datetime) -> int:
         with self._lock:
@@ -332,3 +442,51 @@ class InMemoryWorkerStore(WorkerStore):
             self._grants.clear()
             self._workers.clear()
             self._held.clear()
+            self._flows.clear()
+
+
+class _Book:
+    """The row operations the workflow routine runs under this store's lock."""
+
+    def __init__(self, store: InMemoryWorkerStore) -> None:
+        self.store = store
+        self.queues: set[str] = set()
+
+    def lock_workflows(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+        found = (self.store._flows.get(workflow_id) for workflow_id in ids)
+        return {row["id"]: copy.deepcopy(row) for row in found if row is not None}
+
+    def save_workflow(self, workflow_id: str, fields: Mapping[str, Any]) -> None:
+        self.store._flows[workflow_id].update(copy.deepcopy(dict(fields)))
+
+    def node_records(self, task_ids: Sequence[str]) -> list[dict[str, Any]]:
+        found = (self.store._rows.get(task_id) for task_id in task_ids)
+        return [{c: row[c] for c in persistence.RECORD_COLUMNS} for row in found if row]
+
+    def write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
+        return [self.store._end(end) for end in ends]
+
+    def promote(self, task_ids: Sequence[str]) -> None:
+        for task_id in task_ids:
+            row = self.store._rows.get(task_id)
+            if row is not None and row["status"] == TaskStatus.WAITING:
+                row["status"] = TaskStatus.PENDING
+                self.queues.add(row["queue"])
+
+    def add_tasks(self, news: Sequence[NewTask]) -> None:
+        for new in news:
+            self.store._insert(new)
+            self.queues.add(new.queue)
+
+    def request_stop(self, task_ids: Sequence[str], reason: CancelReason) -> None:
+        for task_id in task_ids:
+            row = self.store._rows.get(task_id)
+            if row is None or row["status"] != TaskStatus.RUNNING:
+                continue
+            if row["cancel_reason"] == CancelReason.NONE:
+                row["cancel_reason"] = reason
+
+    def wake(self) -> None:
+        """Wake this process's idle workers for what became PENDING (after the lock)."""
+        if self.queues:
+            self.store.notify_enqueued(self.queues)

@@ -8,11 +8,13 @@ from typing import Any
 
 from django_workers.authority import owner_of
 from django_workers.cancellation import CancelReason
-from django_workers.exceptions import AuthorizationError
+from django_workers.exceptions import AuthorizationError, InvalidTaskKey
 from django_workers.info import TERMINAL_STATUSES, TaskFailure, TaskInfo, TaskStatus
 from django_workers.lifecycle import failures_of
 from django_workers.options import TaskOptions
+from django_workers.references import json_size
 from django_workers.stores.base import STATE_FIELDS, NewTask, WatchAuthorizer
+from django_workers.workflows.records import NodeRecord
 
 
 def row_of(new: NewTask) -> dict[str, Any]:
@@ -117,6 +119,26 @@ def authorize_join(
         )
 
 
+def refuse_node_key(task_id: str, workflow: str | None) -> None:
+    """A plain submit never joins or re-runs a workflow's node: its workflow does."""
+    if workflow:
+        raise InvalidTaskKey(
+            f"Task id {task_id!r} is a node of workflow {workflow!r}; a workflow's tasks are "
+            "run only by their workflow. Choose another key."
+        )
+
+
+def node_record(row: Mapping[str, Any]) -> NodeRecord:
+    """What a workflow's status shows of a node's record (``id``, ``status``, ``result``...)."""
+    status = str(row["status"]).lower()
+    reason = None
+    if row["status"] in (TaskStatus.FAILED, TaskStatus.CANCELLED):
+        error = row.get("error") or {}
+        reason = error.get("message") or row.get("cancel_reason")
+    size = json_size(row["result"]) if row["status"] == TaskStatus.COMPLETED else None
+    return NodeRecord(status=status, reason=reason, result_size=size)
+
+
 def check_state_fields(
     fields: Mapping[str, Any], *, transition: bool = False, to_state: object = None
 ) -> None:
@@ -146,6 +168,9 @@ def stop_reason(row: Mapping[str, Any] | None, worker_id: str, run_id: str) -> C
         return reason if reason is not CancelReason.NONE else CancelReason.USER
     if row["status"] != TaskStatus.RUNNING or row["worker_id"] != worker_id:
         return CancelReason.SUPERSEDED
+    if row["cancel_reason"] != CancelReason.NONE:
+        # Asked to stop while the record stays RUNNING (a cancelled workflow's node).
+        return CancelReason(row["cancel_reason"])
     return None
 
 

@@ -2,20 +2,42 @@
 
 ``machine`` is the pure state machine that decides what each end of a node
 does (it imports no Django); ``builder`` declares a workflow and checks it into
-a ``WorkflowPlan``. The persistence and the handles come later, so nothing
-here submits a workflow yet.
+a ``WorkflowPlan``; ``handles`` submits, reads, waits for and cancels one;
+``records`` and ``persistence`` are how the stores keep and advance them.
 """
 
 from __future__ import annotations
 
-from django_workers.exceptions import InvalidWorkflow, WorkflowExists, WorkflowNotFound
+from django_workers.exceptions import (
+    InvalidWorkflow,
+    WorkflowAlreadyFinished,
+    WorkflowExists,
+    WorkflowNotFound,
+)
 from django_workers.workflows.builder import Workflow, WorkflowNode, WorkflowPlan
+from django_workers.workflows.handles import (
+    WorkflowHandle,
+    cancel_workflow,
+    get_all_workflows,
+    get_workflow_status,
+    open_workflow,
+)
+from django_workers.workflows.records import UndoInfo, WorkflowInfo, WorkflowNodeInfo
 
 __all__ = [
     "InvalidWorkflow",
+    "UndoInfo",
     "Workflow",
+    "WorkflowAlreadyFinished",
     "WorkflowExists",
+    "WorkflowHandle",
+    "WorkflowInfo",
     "WorkflowNode",
+    "WorkflowNodeInfo",
     "WorkflowNotFound",
     "WorkflowPlan",
+    "cancel_workflow",
+    "get_all_workflows",
+    "get_workflow_status",
+    "open_workflow",
 ]

@@ -70,6 +70,7 @@ from django_workers.submission import (
     _options_json,
 )
 from django_workers.workflows import machine
+from django_workers.workflows.handles import WorkflowHandle, submit_plan
 
 NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -352,6 +353,16 @@ class Workflow:
         )
         self._authorize(plan, store if store is not None else default_store())
         return plan
+
+    def submit(self, store: WorkerStore | None = None) -> WorkflowHandle:
+        """Check the workflow and write it with its nodes at once; return its handle.
+
+        Idempotent per id: the same plan again is a no-op returning the same handle;
+        a different plan under the id raises WorkflowExists. Nothing is written when
+        InvalidWorkflow, AuthorizationError or WorkflowExists is raised.
+        """
+        store = store if store is not None else default_store()
+        return submit_plan(self.plan(store), self.authority, store)
 
     def _record(self, problem: str) -> None:
         self._problems.append(problem)

@@ -276,11 +276,15 @@ def apply(state: WorkflowState, event: Event) -> Transition:
 
 
 def may_start(state: WorkflowState, name: str, *, undo: bool = False) -> bool:
-    """Whether a worker may start the node (or its undo): the pre-run check."""
+    """Whether a worker may start the node (or its undo): the pre-run check.
+
+    Queued work may start; so may running work, whose run went back to its queue
+    after its worker was lost and is claimed again.
+    """
     node = state.node(name)
     if undo:
-        return node.undo is UndoStatus.PENDING
-    return node.status is NodeStatus.PENDING
+        return node.undo in (UndoStatus.PENDING, UndoStatus.RUNNING)
+    return node.status in (NodeStatus.PENDING, NodeStatus.RUNNING)
 
 
 def _check_plan(nodes: Sequence[Node]) -> None:

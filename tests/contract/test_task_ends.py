@@ -14,6 +14,7 @@ from django_workers.lifecycle import EndKind
 from django_workers.options import TaskOptions
 from django_workers.stores import WorkerStore
 from django_workers.stores.base import WorkerRegistration
+from django_workers.workflows import Workflow
 from tests.tasks import add
 
 LIMITS = {"seq": 1}
@@ -217,6 +218,40 @@ def test_an_abandon_ends_only_a_pending_task(store: WorkerStore) -> None:
     assert ended.error is not None
     assert ended.error.message == "Cancelled by worker shutdown"
     assert info(store, running).status == "RUNNING"
+
+
+@case(EndKind.REFUSE)
+def test_a_refusal_ends_a_queued_node_and_a_claimed_one_before_it_starts(
+    store: WorkerStore,
+) -> None:
+    wf = Workflow("ff", System(), fail_fast=True)
+    wf.add("a", add, args=[1, 2], queue="qa")
+    wf.add("b", add, args=[1, 2], queue="qb")
+    wf.add("c", add, args=[1, 2], queue="qc")
+    wf.submit(store=store)
+    [a] = claim(store, queue="qa")
+    [b] = claim(store, queue="qb")
+    assert store.begin_runs([a]) == [True]
+    failed = lifecycle.run_end(a, "w1", TaskStatus.FAILED, clock.now(), error={"message": "x"})
+    assert store.end_tasks([failed]) == [True]
+    # c was queued: refused at once. b was claimed: refused by its worker's pre-run check.
+    c = info(store, "ff:c")
+    assert (c.status, c.cancel_reason) == ("CANCELLED", CancelReason.WORKFLOW)
+    assert c.error is not None
+    assert c.error.message == "Cancelled by its workflow: a dependency failed or was cancelled"
+    assert info(store, "ff:b").status == "RUNNING"
+    assert store.begin_runs([b]) == [False]
+    assert info(store, "ff:b").status == "CANCELLED"
+    # A refusal is fenced like any end: a second one changes nothing.
+    columns = {
+        "id": b.id,
+        "run_id": b.run_id,
+        "status": "RUNNING",
+        "worker_id": "w1",
+        "queue": "qb",
+    }
+    refused = lifecycle.refuse_end(columns, CancelReason.WORKFLOW, clock.now())
+    assert store.end_tasks([refused]) == [False]
 
 
 # -- one transaction, many ends -----------------------------------------------------------------

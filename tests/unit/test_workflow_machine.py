@@ -818,6 +818,8 @@ def test_the_pre_run_check_lets_only_queued_work_start(submit: Submit, apply_eve
     state = submit(nodes_of("a: undo", "b", "c: a"), fail_fast=True).state
     assert machine.may_start(state, "a")
     assert not machine.may_start(state, "c")
+    running = apply_event(state, run("a")).state
+    assert machine.may_start(running, "a")  # a requeued run of a started node starts again
     state = apply_event(state, ok("a")).state
     state = apply_event(state, fail("b")).state
     assert not machine.may_start(state, "c")  # refused by fail_fast

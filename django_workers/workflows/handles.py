@@ -1,0 +1,243 @@
+"""Workflow handles: submit a checked plan, then read, wait for and cancel it from any process.
+
+Every call takes an authority, as the task API does. An ``Owner`` sees only
+the workflows they own (ids ``"<user_id>::<key>"``); ``System()`` sees every
+workflow. A workflow the authority may not see is ``WorkflowNotFound``,
+exactly like one that does not exist. For an ``Owner``, a bare key (no
+``::``) names their own workflow: ``open_workflow("order-1", Owner("42"))``
+opens ``"42::order-1"``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final
+
+from django_workers import clock
+from django_workers.authority import SEPARATOR, Authority, Owner, check_authority, user_id_of
+from django_workers.cancellation import CancelReason
+from django_workers.exceptions import (
+    InvalidWorkflow,
+    WorkflowAlreadyFinished,
+    WorkflowExists,
+    WorkflowNotFound,
+)
+from django_workers.handles import wait_until_finished
+from django_workers.info import TaskStatus
+from django_workers.live import live_runs
+from django_workers.stores import NewTask, WorkerStore, default_store
+from django_workers.stores.base import NewWorkflow
+from django_workers.submission import new_run_id
+from django_workers.workflows import machine
+from django_workers.workflows.records import (
+    WorkflowInfo,
+    node_key,
+    node_label,
+    plan_nodes,
+    row_fields,
+)
+
+if TYPE_CHECKING:
+    from django_workers.workflows.builder import WorkflowPlan
+
+#: The states ``get_all_workflows(state=...)`` filters on.
+STATES: Final = tuple(state.value for state in machine.WorkflowStatus)
+#: Most workflows one ``get_all_workflows`` call returns.
+LIMIT_MAX: Final = 1000
+
+
+class WorkflowHandle:
+    """One workflow, as an authority that may see it reads, waits for and cancels it."""
+
+    def __init__(self, workflow_id: str, authority: Authority, store: WorkerStore) -> None:
+        self.id = workflow_id
+        self._authority = authority
+        self._store = store
+
+    def __repr__(self) -> str:
+        return f"<WorkflowHandle {self.id!r}>"
+
+    def status(self) -> WorkflowInfo:
+        """The workflow and each node as they stand now."""
+        return get_workflow_status(self.id, self._authority, store=self._store)
+
+    def wait(self, timeout: float | None = None) -> WorkflowInfo:
+        """Block until the workflow ends (compensation included); TimeoutError after ``timeout``.
+
+        A wait that times out leaves the workflow alone; ``cancel()`` stops it.
+        """
+        return wait_until_finished(self._store, self.id, self.status, timeout, self._late)
+
+    def cancel(self, undo: bool | None = None) -> WorkflowInfo:
+        """Cancel the workflow; see ``cancel_workflow``."""
+        return cancel_workflow(self.id, self._authority, undo=undo, store=self._store)
+
+    def _late(self, timeout: float) -> str:
+        return (
+            f"Workflow {self.id!r} did not end within {timeout:g} s; it was left alone "
+            "(call cancel() to stop it)."
+        )
+
+
+def submit_plan(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> WorkflowHandle:
+    """Write a checked plan: its row and its node records in one transaction, or nothing."""
+    start = machine.start(
+        plan.machine_nodes(), fail_fast=plan.fail_fast, undo_on_cancel=plan.undo_on_cancel
+    )
+    row = {
+        "nodes": plan_nodes(
+            [
+                {
+                    "name": node.name,
+                    "deps": node.deps,
+                    "always": node.always,
+                    "queue": node.queue,
+                    "undo": node.undo.to_json() if node.undo else None,
+                }
+                for node in plan.nodes
+            ]
+        )
+    }
+    promoted = {effect.node for effect in start.effects if isinstance(effect, machine.Promote)}
+    now = clock.now()
+    prefix = plan.id[: len(plan.id) - len(plan.key)]
+    tasks = [
+        NewTask(
+            id=prefix + node_key(plan.key, node.name),
+            key=node_key(plan.key, node.name),
+            owner=plan.owner,
+            scope="user" if plan.owner else "global",
+            task_path=node.task_path,
+            args=node.args,
+            kwargs=node.kwargs,
+            queue=node.queue,
+            priority=node.priority,
+            run_after=None,
+            options=node.options,
+            run_id=new_run_id(),
+            created_at=now,
+            status=TaskStatus.PENDING if node.name in promoted else TaskStatus.WAITING,
+            workflow=plan.id,
+            node=node_label(node.name),
+        )
+        for node in plan.nodes
+    ]
+    workflow = NewWorkflow(
+        id=plan.id,
+        key=plan.key,
+        owner=plan.owner,
+        plan_hash=plan.plan_hash,
+        fail_fast=plan.fail_fast,
+        undo_on_cancel=plan.undo_on_cancel,
+        state=row_fields(row, start.state),
+        created_at=now,
+    )
+    existing = store.submit_workflow(workflow, tasks)
+    if existing is not None and existing != plan.plan_hash:
+        raise WorkflowExists(plan.id, plan.plan_hash, existing)
+    return WorkflowHandle(plan.id, authority, store)
+
+
+def open_workflow(
+    workflow_id: str, authority: Authority, *, store: WorkerStore | None = None
+) -> WorkflowHandle:
+    """A handle on a workflow the authority may see, else WorkflowNotFound."""
+    store = store or default_store()
+    info = get_workflow_status(workflow_id, authority, store=store)
+    return WorkflowHandle(info.id, authority, store)
+
+
+def get_workflow_status(
+    workflow_id: str, authority: Authority, *, store: WorkerStore | None = None
+) -> WorkflowInfo:
+    """The snapshot of a workflow the authority may see, else WorkflowNotFound."""
+    authority = check_authority(authority)
+    store = store or default_store()
+    full_id = _full_id(workflow_id, authority)
+    info = store.get_workflow(full_id)
+    if info is None or not _can_see(info, authority):
+        raise WorkflowNotFound(workflow_id)
+    return info
+
+
+def cancel_workflow(
+    workflow_id: str,
+    authority: Authority,
+    *,
+    undo: bool | None = None,
+    store: WorkerStore | None = None,
+) -> WorkflowInfo:
+    """Cancel a running workflow; return its new snapshot.
+
+    Waiting nodes are cancelled, queued ones never start, running ones are
+    cancelled like ``cancel_task`` (their token says ``user``). ``undo=None``
+    compensates as the workflow's ``undo_on_cancel`` said at submit;
+    ``undo=False`` does not; ``undo=True`` may not widen an ``undo_on_cancel=False``.
+    WorkflowAlreadyFinished once the workflow has ended or is compensating.
+    """
+    if undo is not None and not isinstance(undo, bool):
+        raise InvalidWorkflow(f"undo must be None, True or False, got {undo!r}.")
+    store = store or default_store()
+    info = get_workflow_status(workflow_id, authority, store=store)
+    if undo and not info.undo_on_cancel:
+        raise InvalidWorkflow(
+            f"Workflow {info.id!r} was submitted with undo_on_cancel=False; a cancel may only "
+            "narrow that. Pass undo=None or undo=False."
+        )
+    if not store.cancel_workflow(info.id, undo):
+        now = store.get_workflow(info.id) or info
+        raise WorkflowAlreadyFinished(info.id, now.state)
+    after = get_workflow_status(info.id, authority, store=store)
+    _deliver_cancels(store, after)
+    return after
+
+
+def get_all_workflows(
+    authority: Authority,
+    *,
+    state: str | None = None,
+    offset: int = 0,
+    limit: int = 100,
+    store: WorkerStore | None = None,
+) -> list[WorkflowInfo]:
+    """The workflows the authority may see, newest first (then by id), ``limit`` at most."""
+    authority = check_authority(authority)
+    if state is not None and state not in STATES:
+        raise ValueError(f"state must be one of {', '.join(STATES)}; got {state!r}.")
+    for name, value, low, high in (("offset", offset, 0, None), ("limit", limit, 1, LIMIT_MAX)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
+        if high is not None and value > high:
+            raise ValueError(f"{name} must be at most {high}, got {value}.")
+    store = store or default_store()
+    return store.list_workflows(
+        user_id=user_id_of(authority), state=state, offset=offset, limit=limit
+    )
+
+
+def _full_id(workflow_id: str, authority: Authority) -> str:
+    if (
+        isinstance(authority, Owner)
+        and isinstance(workflow_id, str)
+        and SEPARATOR not in workflow_id
+    ):
+        return f"{authority.user_id}{SEPARATOR}{workflow_id}"
+    return workflow_id
+
+
+def _can_see(info: WorkflowInfo, authority: Authority) -> bool:
+    return not isinstance(authority, Owner) or info.owner == authority.user_id
+
+
+def _deliver_cancels(store: WorkerStore, info: WorkflowInfo) -> None:
+    """Set the token of this process's runs the cancel asked to stop (others poll or LISTEN)."""
+    for task_id in _stopped(info):
+        record = store.get_task_info(task_id)
+        if record is None or not record.worker_id or record.cancel_reason != CancelReason.USER:
+            continue
+        if not live_runs.request_cancel(record.run_id, CancelReason.USER):
+            store.notify_cancelled(record.id, record.run_id)
+
+
+def _stopped(info: WorkflowInfo) -> Iterable[str]:
+    return (node.task_id for node in info.nodes if node.state == "running")
