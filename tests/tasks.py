@@ -436,3 +436,36 @@ def current_task_id() -> str:
     from django_workers import current_run
 
     return current_run().id
+
+
+# -- workflow nodes -----------------------------------------------------------------------
+
+
+def wf_sum(*names: str) -> int:
+    """Record this run, then return the sum of the results of the nodes ``names``."""
+    from django_workers import current_run
+
+    record_execution()
+    workflow = current_run().workflow
+    return sum(workflow.result(name) for name in names)  # type: ignore[union-attr]
+
+
+def wf_outcomes(*names: str) -> dict[str, str]:
+    """Record this run, then return how each node of ``names`` ended (an .always() node)."""
+    from django_workers import current_run
+
+    record_execution()
+    workflow = current_run().workflow
+    return {name: workflow.outcome(name) for name in names}  # type: ignore[union-attr]
+
+
+def wf_value(value: int, hold: float = 0.0) -> int:
+    """Record this run (held ``hold`` seconds) and return ``value``."""
+    record_execution(hold)
+    return value
+
+
+def wf_fail() -> None:
+    """Record this run, then fail."""
+    record_execution()
+    raise ValueError("node failed")

@@ -31,6 +31,7 @@ HTTP_STATUS: dict[type[workers.WorkersError], int] = {
     workers.TaskNotFound: status.HTTP_404_NOT_FOUND,
     workers.WorkflowNotFound: status.HTTP_404_NOT_FOUND,
     workers.TaskAlreadyFinished: status.HTTP_409_CONFLICT,
+    workers.WorkflowAlreadyFinished: status.HTTP_409_CONFLICT,
     workers.TaskNotRetryable: status.HTTP_409_CONFLICT,
     workers.WorkflowExists: status.HTTP_409_CONFLICT,
     workers.ResultTooLarge: status.HTTP_500_INTERNAL_SERVER_ERROR,
