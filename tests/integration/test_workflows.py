@@ -75,7 +75,7 @@ def test_an_always_node_runs_after_a_failure_and_the_workflow_completes(
     serve(worker_processes, "default")
     wf = Workflow("always", System())
     upload = wf.add("upload", tasks.wf_fail)
-    thumb = wf.add("thumb", tasks.wf_value, args=[1]).after(upload)
+    wf.add("thumb", tasks.wf_value, args=[1]).after(upload)
     wf.add("report", tasks.wf_outcomes, args=["upload", "thumb"]).after(upload).always()
     info = wf.submit().wait(WAIT)
     # thumb is cancelled (its dependency failed) and report runs anyway; upload's failure
@@ -197,7 +197,7 @@ def test_sixteen_threads_submitting_one_workflow_make_one(store: DatabaseWorkerS
             wf.add("b", tasks.wf_value, args=[2]).after(a)
             barrier.wait(10.0)
             handles.append(wf.submit())
-        except BaseException as e:  # noqa: BLE001 - reported below
+        except BaseException as e:
             errors.append(e)
         finally:
             connections.close_all()
