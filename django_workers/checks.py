@@ -22,8 +22,8 @@ from django_workers.conf import DEFAULTS, workers_settings
 #: The keys a DJANGO_WORKERS["QUEUES"] entry may have.
 QUEUE_KEYS = frozenset({"concurrency"})
 
-#: The statuses RETENTION may name: the finished ones.
-RETENTION_STATUSES = ("COMPLETED", "FAILED", "CANCELLED")
+#: What RETENTION may name: the finished statuses, and ended workflows.
+RETENTION_STATUSES = ("COMPLETED", "FAILED", "CANCELLED", "WORKFLOWS")
 
 #: Number settings, each with its test and how the test reads.
 NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
@@ -283,8 +283,8 @@ def _retention() -> list[CheckMessage]:
 def _retention_error(problem: str, did_you_mean: str = "") -> Error:
     return Error(
         f"DJANGO_WORKERS['RETENTION'] {problem}",
-        hint=did_you_mean + "Map COMPLETED, FAILED or CANCELLED to seconds, or to None to keep "
-        "those tasks forever; a status left out keeps its default.",
+        hint=did_you_mean + "Map COMPLETED, FAILED, CANCELLED or WORKFLOWS to seconds, or to "
+        "None to keep those tasks (or ended workflows) forever; a key left out keeps its default.",
         id="django_workers.E012",
     )
 

@@ -40,8 +40,14 @@ DEFAULTS: dict[str, Any] = {
     # Default retry backoff: first wait, cap, in seconds.
     "RETRY_BACKOFF": 1.0,
     "RETRY_BACKOFF_MAX": 300.0,
-    # Seconds finished records are kept, per status; None keeps them forever.
-    "RETENTION": {"COMPLETED": 7 * 86400, "FAILED": 30 * 86400, "CANCELLED": 7 * 86400},
+    # Seconds finished records are kept, per status; None keeps them forever. WORKFLOWS:
+    # seconds an ended workflow is kept, with its nodes' records (kept until then).
+    "RETENTION": {
+        "COMPLETED": 7 * 86400,
+        "FAILED": 30 * 86400,
+        "CANCELLED": 7 * 86400,
+        "WORKFLOWS": 30 * 86400,
+    },
     # Seconds between two cleanup passes, and rows deleted per batch.
     "CLEANUP_INTERVAL": 300.0,
     "CLEANUP_BATCH": 500,

@@ -469,3 +469,21 @@ def wf_fail() -> None:
     """Record this run, then fail."""
     record_execution()
     raise ValueError("node failed")
+
+
+def wf_read(name: str) -> dict[str, Any]:
+    """What ``current_run().workflow`` says of node ``name``, errors included, as JSON."""
+    from django_workers import RemoteTaskError, current_run
+
+    workflow = current_run().workflow
+    seen: dict[str, Any] = {"id": str(workflow), "outcome": workflow.outcome(name)}  # type: ignore[union-attr]
+    seen["failed"] = workflow.failed(name)  # type: ignore[union-attr]
+    try:
+        seen["result"] = workflow.result(name)  # type: ignore[union-attr]
+    except RemoteTaskError as e:
+        seen["error"] = f"{e.type_name}: {e.message}"
+    try:
+        workflow.result("nowhere")  # type: ignore[union-attr]
+    except LookupError as e:
+        seen["unknown"] = str(e)
+    return seen

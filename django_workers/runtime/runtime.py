@@ -553,7 +553,10 @@ class WorkerRuntime:
                 continue
             before = clock.now() - timedelta(seconds=seconds)
             for _ in range(100):  # at most 100 batches a pass; the next pass goes on
-                n = self.store.delete_finished(TaskStatus(status), before, batch)
+                if status == "WORKFLOWS":
+                    n = self.store.delete_finished_workflows(before, batch)
+                else:
+                    n = self.store.delete_finished(TaskStatus(status), before, batch)
                 deleted += n
                 if n < batch:
                     break
