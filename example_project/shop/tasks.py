@@ -87,3 +87,52 @@ def rebuild_search_index() -> dict[str, int]:
     """
     time.sleep(STEP)
     return {"products": 120}
+
+
+# -- a photo upload workflow: upload -> two thumbnails -> email (always) -----------------
+
+
+def upload_photo(photo_id: int) -> dict[str, str]:
+    """Store an uploaded photo; its dependents read where it went from this result."""
+    time.sleep(STEP)
+    return {"path": f"/media/photos/{photo_id}.jpg"}
+
+
+def make_thumbnail(size: int) -> str:
+    """Make one thumbnail of the photo the ``upload`` node stored (too large sizes fail)."""
+    path = current_run().workflow.result("upload")["path"]  # type: ignore[union-attr]
+    if size > 1024:
+        raise ValueError(f"a {size} px thumbnail is larger than the photo")
+    time.sleep(STEP)
+    return path.replace(".jpg", f"-{size}.jpg")
+
+
+def email_photo_owner(photo_id: int, *thumbnails: str) -> str:
+    """Tell the owner which thumbnails were made; an ``.always()`` node, so it runs anyway."""
+    workflow = current_run().workflow
+    made = [name for name in thumbnails if not workflow.failed(name)]  # type: ignore[union-attr]
+    return f"photo {photo_id}: {len(made)} of {len(thumbnails)} thumbnails ready"
+
+
+def delete_upload(photo_id: int) -> str:
+    """Undo ``upload_photo``."""
+    return f"photo {photo_id} deleted"
+
+
+# -- an order saga: reserve -> charge -> ship, undone in reverse when shipping fails -------
+
+
+def reserve_stock(order_id: int) -> str:
+    time.sleep(STEP)
+    return f"stock reserved for order {order_id}"
+
+
+def release_stock(order_id: int) -> str:
+    """Undo ``reserve_stock``; runs after the charge was refunded."""
+    time.sleep(STEP)
+    return f"stock released for order {order_id}"
+
+
+def book_courier(order_id: int) -> str:
+    """Book a courier that is never available: the step that makes the saga undo."""
+    raise ConnectionError(f"no courier available for order {order_id}")

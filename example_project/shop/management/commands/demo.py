@@ -1,10 +1,12 @@
-"""``manage.py demo``: submit the shop's demo tasks, run them with runworkers, report.
+"""``manage.py demo``: submit the shop's demo tasks and workflows, run them, report.
 
 It clears the records of earlier demos, submits one task per feature as the
-user ``demo-user`` (and one site-wide task as ``System()``), runs
+user ``demo-user`` (and one site-wide task as ``System()``) and two
+workflows (a photo upload across three queues with an ``.always()`` node, and
+an order saga whose failing last step undoes the others), runs
 ``manage.py runworkers --burst`` as a separate process, cancels the long
 export from this process while it runs, then prints each task's outcome and
-exits non-zero if any task did not end as it should.
+exits non-zero if any task or workflow did not end as it should.
 """
 
 from __future__ import annotations
@@ -35,12 +37,15 @@ from django_workers import (
     TaskOptions,
     TaskStatus,
     TaskSubmission,
+    Workflow,
+    WorkflowHandle,
+    WorkflowInfo,
     cancel_task,
     get_task_status,
     submit_task,
     submit_tasks,
 )
-from django_workers.models import TaskRecord
+from django_workers.models import TaskRecord, WorkflowRecord
 from shop import tasks
 
 DEMO_USER = Owner("demo-user")
@@ -194,6 +199,72 @@ def demo_tasks() -> list[DemoTask]:
     ]
 
 
+@dataclass
+class DemoWorkflow:
+    """One workflow of the demo: what it shows, how it should end, how it did."""
+
+    shows: str
+    handle: WorkflowHandle
+    state: str
+    nodes: dict[str, str]
+    undos: dict[str, str] = field(default_factory=dict)
+    info: WorkflowInfo | None = None
+    extra_problems: list[str] = field(default_factory=list)
+
+    def problems(self) -> list[str]:
+        info = self.info
+        assert info is not None
+        found = [] if info.state == self.state else [f"state {info.state}, expected {self.state}"]
+        for node in info.nodes:
+            if self.nodes.get(node.name, node.state) != node.state:
+                found.append(f"node {node.name} {node.state}, expected {self.nodes[node.name]}")
+            expected_undo = self.undos.get(node.name)
+            if expected_undo and (node.undo is None or node.undo.state != expected_undo):
+                found.append(f"undo of {node.name} not {expected_undo}")
+        return found + self.extra_problems
+
+
+def submit_demo_workflows() -> list[DemoWorkflow]:
+    """Submit the photo workflow and the order saga as demo-user."""
+    photo = Workflow("photo-7", DEMO_USER)
+    upload = photo.add("upload", tasks.upload_photo, args=[7]).undo(tasks.delete_upload, args=[7])
+    small = photo.add("thumb-small", tasks.make_thumbnail, args=[128], queue="images")
+    large = photo.add("thumb-large", tasks.make_thumbnail, args=[4096], queue="images")
+    small.after(upload)
+    large.after(upload)
+    email = photo.add(
+        "email", tasks.email_photo_owner, args=[7, "thumb-small", "thumb-large"], queue="emails"
+    )
+    email.after(small, large).always()
+
+    order = Workflow("order-2001", DEMO_USER)
+    reserve = order.add("reserve", tasks.reserve_stock, args=[2001])
+    reserve.undo(tasks.release_stock, args=[2001])
+    charge = order.add("charge", tasks.charge_card, args=[2001, 0]).after(reserve)
+    charge.undo(tasks.refund_card, args=[2001], queue="payments")
+    order.add("ship", tasks.book_courier, args=[2001]).after(charge)
+    return [
+        DemoWorkflow(
+            "workflow: upload, 2 thumbnails on 'images' (one fails), an .always() email",
+            photo.submit(),
+            "completed",
+            {
+                "upload": "completed",
+                "thumb-small": "completed",
+                "thumb-large": "failed",
+                "email": "completed",
+            },
+        ),
+        DemoWorkflow(
+            "saga: reserve, charge, ship fails; the charge is refunded, then stock released",
+            order.submit(),
+            "compensated",
+            {"reserve": "completed", "charge": "completed", "ship": "failed"},
+            {"reserve": "completed", "charge": "completed"},
+        ),
+    ]
+
+
 class Command(BaseCommand):
     help = (
         "Submit the shop's demo tasks, run them with 'runworkers --burst' in a separate "
@@ -216,6 +287,9 @@ class Command(BaseCommand):
         for demo in demos:
             demo.task_id = ids[demo.key]
             self.stdout.write(f"  {demo.key:16} -> id {demo.task_id!r}")
+        workflows = submit_demo_workflows()
+        for flow in workflows:
+            self.stdout.write(f"  workflow -> id {flow.handle.id!r}")
         export = next(d for d in demos if d.key == "export-catalog")
 
         self.section("Running: manage.py runworkers --burst --concurrency 4")
@@ -233,12 +307,22 @@ class Command(BaseCommand):
         self.check_visibility(demos)
         self.check_django_result(next(d for d in demos if d.key == "django-enqueue"))
         self.check_sequential([d for d in demos if d.key.startswith("receipt-")])
-        failed = self.report(demos)
+        for flow in workflows:
+            flow.info = flow.handle.status()
+        self.check_saga_order(workflows[1])
+        failed = self.report(demos) + self.report_workflows(workflows)
         if code != 0:
             raise CommandError(f"runworkers exited with code {code}, expected 0.")
         if failed:
-            raise CommandError(f"{failed} of {len(demos)} tasks did not end as expected.")
-        self.stdout.write(self.style.SUCCESS(f"All {len(demos)} tasks ended as expected."))
+            raise CommandError(
+                f"{failed} of {len(demos)} tasks and {len(workflows)} workflows did not end "
+                "as expected."
+            )
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"All {len(demos)} tasks and {len(workflows)} workflows ended as expected."
+            )
+        )
 
     # -- steps --
 
@@ -251,6 +335,7 @@ class Command(BaseCommand):
             | Q(task_path=tasks.rebuild_search_index.module_path)
         )
         deleted, _ = stale.delete()
+        deleted += WorkflowRecord.objects.filter(owner=DEMO_USER.user_id).delete()[0]
         if deleted:
             self.stdout.write(f"Cleared {deleted} records of an earlier demo.")
 
@@ -337,7 +422,42 @@ class Command(BaseCommand):
             elif b.started_at < a.finished_at - OVERLAP_SLACK:
                 after.extra_problems.append(f"ran while {before.key} was still running")
 
+    def check_saga_order(self, saga: DemoWorkflow) -> None:
+        """The charge (a descendant of the reservation) was undone before the reservation."""
+        info = saga.info
+        assert info is not None
+        refund, release = (info.node(name).undo for name in ("charge", "reserve"))
+        if refund is None or release is None or not (refund.task_id and release.task_id):
+            return  # not undone at all: the state check reports that
+        refunded = get_task_status(refund.task_id, DEMO_USER)
+        released = get_task_status(release.task_id, DEMO_USER)
+        if not (refunded.finished_at and released.started_at):
+            return
+        if released.started_at < refunded.finished_at:
+            saga.extra_problems.append("stock was released before the charge was refunded")
+
     # -- output --
+
+    def report_workflows(self, workflows: Sequence[DemoWorkflow]) -> int:
+        """Print each workflow's nodes and undos, and what it shows; return how many failed."""
+        self.section("Workflows")
+        failed = 0
+        for flow in workflows:
+            info = flow.info
+            assert info is not None
+            problems = flow.problems()
+            mark = self.style.SUCCESS("ok  ") if not problems else self.style.ERROR("FAIL")
+            self.stdout.write(f"  {mark}  {info.id}: {info.state}  ({flow.shows})")
+            for node in info.nodes:
+                state = node.state
+                if node.undo and node.undo.task_id:
+                    state += f" (undo {node.undo.state})"
+                after = f"after {', '.join(node.deps)}" if node.deps else ""
+                self.stdout.write(f"          {node.name:12} {state:28} {after}".rstrip())
+            for problem in problems:
+                self.stdout.write(self.style.ERROR(f"          ! {problem}"))
+            failed += bool(problems)
+        return failed
 
     def report(self, demos: Sequence[DemoTask]) -> int:
         """Print the outcome table and what each task shows; return how many went wrong."""
