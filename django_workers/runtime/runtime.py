@@ -20,6 +20,7 @@ only after an error.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -230,7 +231,7 @@ class WorkerRuntime:
                     errors += 1
                     self._after_db_error("claim", e, errors)
                     continue
-                for info in claimed:
+                for info in self._begin(claimed):
                     self._dispatch(info)
             if self.burst and not claimed and self._idle():
                 self._report(logger.info, "Burst mode: nothing left to run; stopping.")
@@ -279,8 +280,6 @@ class WorkerRuntime:
                 continue
             if not handle.try_start():
                 continue  # given back by the shutdown, which freed its slot
-            if not self._may_start(handle):
-                continue
             if task_logger.isEnabledFor(logging.DEBUG):
                 self._report(
                     task_logger.debug,
@@ -300,21 +299,30 @@ class WorkerRuntime:
             self._ends.put((end, handle, True))
         connections.close_all()
 
-    def _may_start(self, handle: RunHandle) -> bool:
-        """The pre-run check; a refused run or one the database could not check frees its slot."""
+    def _begin(self, claimed: list[TaskInfo]) -> list[TaskInfo]:
+        """The pre-run check of the claimed workflow nodes, in one transaction; the others pass.
+
+        A node its workflow refuses was ended CANCELLED by the check; one the database
+        could not check goes back to its queue.
+        """
+        nodes = [info for info in claimed if info.workflow]
+        if not nodes:
+            return claimed
         try:
-            if handle.pre_run_check():
-                return True
+            allowed = self.store.begin_runs(nodes)
         except DatabaseError as e:
-            self._report(logger.warning, "Pre-run check of %s failed (%s)", handle.task_id, e)
+            self._report(logger.warning, "Pre-run check of %d runs failed (%s)", len(nodes), e)
             self.store.reset_connection()
-            self._give_back([handle])
-            return False
-        self._report(
-            task_logger.info, "Task %s not started: its workflow refused it", handle.task_id
-        )
-        self._release(handle)
-        return False
+            with contextlib.suppress(DatabaseError):  # else the sweep requeues them
+                self.store.end_tasks([lifecycle.release_end(i, self.worker_id) for i in nodes])
+            return [info for info in claimed if not info.workflow]
+        refused = {info.run_id for info, ok in zip(nodes, allowed, strict=True) if not ok}
+        for info in nodes:
+            if info.run_id in refused:
+                self._report(
+                    task_logger.info, "Task %s not started: its workflow refused it", info.id
+                )
+        return [info for info in claimed if info.run_id not in refused]
 
     def _give_back(self, handles: list[RunHandle]) -> None:
         """Put runs that never started back in their queue, their attempt not counted."""

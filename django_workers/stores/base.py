@@ -310,8 +310,9 @@ class WorkerStore(abc.ABC):
     def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
         """The pre-run check of claimed workflow runs: which may start their function.
 
-        A run its workflow no longer wants (refused by fail-fast or a cancel, or whose
-        workflow is gone) ends CANCELLED here, in the same transaction.
+        A claimed node counts as started for its workflow; a cancel that meets it asks
+        its run to stop, and this check reads that request: such a run ends CANCELLED
+        here (its workflow reacting as to any end) and never starts. Takes no lock.
         """
 
     @abc.abstractmethod

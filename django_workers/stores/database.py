@@ -389,17 +389,32 @@ class DatabaseWorkerStore(WorkerStore):
         flows = persistence.workflows_of(ends)
         if flows:
             return self._end_in_workflows(ends, flows)
-        if self.vendor == "postgresql" and all(e.kind is EndKind.RUN for e in ends):
-            return self._end_runs_postgres(ends)
-        # A lone end that touches no slot is one conditional UPDATE: atomic by itself.
-        alone = len(ends) == 1 and not ends[0].holds_slot and ends[0].kind is not EndKind.RUN
+        if self._postgres_runs(ends):
+            # One statement per group of distinct tasks: alone, it is atomic by itself.
+            alone = len(_distinct_task_groups(ends)) == 1
+        else:
+            # A lone end that touches no slot is one conditional UPDATE: atomic by itself.
+            alone = len(ends) == 1 and not ends[0].holds_slot and ends[0].kind is not EndKind.RUN
         with nullcontext() if alone else self._atomic():
-            return self._write_ends(ends)
-
-    def _write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
-        won = [self._end(end) for end in ends]
+            won = self._write_ends(ends)
         self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
         return won
+
+    def _postgres_runs(self, ends: Sequence[TaskEnd]) -> bool:
+        return self.vendor == "postgresql" and all(e.kind is EndKind.RUN for e in ends)
+
+    def _write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
+        """Apply each end's fenced write (runs' ends on PostgreSQL in one statement a group)."""
+        if not self._postgres_runs(ends):
+            return [self._end(end) for end in ends]
+        # A task id twice in a group (a timeout's end and the run's own) goes to a later
+        # statement, so each row is written at most once each.
+        won: dict[int, bool] = {}
+        for group in _distinct_task_groups(ends):
+            winners = sql.finish_postgres(connections[self.using], [e for _, e in group])
+            for n, end in group:
+                won[n] = (end.task_id, end.run_id) in winners
+        return [won[n] for n in range(len(ends))]
 
     def _end_in_workflows(self, ends: Sequence[TaskEnd], flows: list[str]) -> list[bool]:
         """Ends of workflow nodes: their workflows react in the same transaction."""
@@ -408,6 +423,7 @@ class DatabaseWorkerStore(WorkerStore):
             # Workflow rows before task rows: the order every writer here takes.
             book.lock_workflows(flows)
             won = self._write_ends(ends)
+            self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
             persistence.react(book, [e for e, ok in zip(ends, won, strict=True) if ok], clock.now())
             return won
 
@@ -418,8 +434,11 @@ class DatabaseWorkerStore(WorkerStore):
     def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
         if not runs:
             return []
-        with self._atomic():
-            return persistence.begin(_Book(self), runs, clock.now())
+        found = _Book(self).node_records([info.id for info in runs])
+        allowed, refusals = persistence.pre_run(runs, {r["id"]: r for r in found}, clock.now())
+        if refusals:
+            self.end_tasks(refusals)
+        return allowed
 
     def _end(self, end: TaskEnd) -> bool:
         fenced = self._fenced(end.task_id, end.run_id).filter(status__in=list(end.from_statuses))
@@ -455,22 +474,6 @@ class DatabaseWorkerStore(WorkerStore):
         if runs:
             workers = {e.worker_id for e in lost if e.kind is EndKind.RUN}
             self._slots().filter(run_id__in=runs, worker_id__in=workers).delete()
-
-    def _end_runs_postgres(self, ends: Sequence[TaskEnd]) -> list[bool]:
-        # One statement per group; a task id twice in a group (a timeout's end and the
-        # run's own) goes to a later statement, so each row is written at most once each.
-        won: dict[int, bool] = {}
-        groups = _distinct_task_groups(ends)
-        # One statement is atomic by itself; a transaction is opened only when it is not
-        # alone. Extension point: a workflow's reaction joins this transaction (always open it).
-        with self._atomic() if len(groups) > 1 else nullcontext():
-            for group in groups:
-                winners = sql.finish_postgres(connections[self.using], [e for _, e in group])
-                for n, end in group:
-                    won[n] = (end.task_id, end.run_id) in winners
-        outcome = [won[n] for n in range(len(ends))]
-        self._release_slots([e for e, ok in zip(ends, outcome, strict=True) if not ok])
-        return outcome
 
     def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
         if not runs:
@@ -640,32 +643,55 @@ class _Book:
 
     def __init__(self, store: DatabaseWorkerStore) -> None:
         self.store = store
+        # Rows locked in this transaction, as the workflow routine last left them.
+        self.locked: dict[str, dict[str, Any]] = {}
+        # Nodes to make PENDING, written with the next statement that needs them.
+        self.promotions: list[str] = []
 
     def lock_workflows(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
-        if not ids:
-            return {}
-        qs = self.store._flows().filter(pk__in=list(ids)).order_by("pk")
-        return {row["id"]: row for row in qs.select_for_update().values(*WORKFLOW_COLUMNS)}
+        missing = [i for i in ids if i not in self.locked]
+        if missing:
+            qs = self.store._flows().filter(pk__in=missing).order_by("pk")
+            self.locked.update(
+                (row["id"], row) for row in qs.select_for_update().values(*WORKFLOW_COLUMNS)
+            )
+        return {i: self.locked[i] for i in ids if i in self.locked}
 
     def save_workflow(self, workflow_id: str, fields: Mapping[str, Any]) -> None:
+        if self.store.vendor == "postgresql":
+            # The promotions this state made go in the same round trip.
+            promote, self.promotions = self.promotions, []
+            sql.save_workflow_postgres(connections[self.store.using], workflow_id, fields, promote)
+            return
+        self._promote_now()
         self.store._flows().filter(pk=workflow_id).update(**fields)
 
     def node_records(self, task_ids: Sequence[str]) -> list[dict[str, Any]]:
+        self._promote_now()
         found = self.store._records().filter(pk__in=list(task_ids))
         return list(found.values(*persistence.RECORD_COLUMNS))
 
     def write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
-        return self.store._write_ends(ends) if ends else []
+        self._promote_now()
+        return [self.store._end(end) for end in ends]
 
     def promote(self, task_ids: Sequence[str]) -> None:
-        waiting = self.store._records().filter(pk__in=list(task_ids), status=TaskStatus.WAITING)
-        waiting.update(status=TaskStatus.PENDING)
+        # Written with the workflow's row (or before anything reads or ends a record).
+        self.promotions += task_ids
+
+    def _promote_now(self) -> None:
+        if self.promotions:
+            ids, self.promotions = self.promotions, []
+            waiting = self.store._records().filter(pk__in=ids, status=TaskStatus.WAITING)
+            waiting.update(status=TaskStatus.PENDING)
 
     def add_tasks(self, news: Sequence[NewTask]) -> None:
+        self._promote_now()
         self.store._records().filter(pk__in=[new.id for new in news]).delete()
         self.store._insert(news)
 
     def request_stop(self, task_ids: Sequence[str], reason: CancelReason) -> None:
+        self._promote_now()
         running = self.store._records().filter(
             pk__in=list(task_ids), status=TaskStatus.RUNNING, cancel_reason=CancelReason.NONE
         )

@@ -290,10 +290,11 @@ class InMemoryWorkerStore(WorkerStore):
         return cancelled
 
     def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
-        book = _Book(self)
         with self._lock:
-            allowed = persistence.begin(book, runs, clock.now())
-        book.wake()
+            found = _Book(self).node_records([info.id for info in runs])
+        allowed, refusals = persistence.pre_run(runs, {r["id"]: r for r in found}, clock.now())
+        if refusals:
+            self.end_tasks(refusals)
         return allowed
 
     def _end(self, end: TaskEnd) -> bool:

@@ -8,7 +8,9 @@ the three paths every task takes, written once per vendor where it pays:
 - claiming on PostgreSQL: one ``UPDATE ... FROM (SELECT ... FOR UPDATE SKIP
   LOCKED) RETURNING`` in autocommit, so a claim is a single round trip;
 - ending runs on PostgreSQL: one ``UPDATE ... FROM (VALUES ...)`` per group,
-  each row still fenced on its run id, worker and RUNNING status.
+  each row still fenced on its run id, worker and RUNNING status;
+- a workflow's new state and the promotions it makes, on PostgreSQL in one
+  statement.
 
 Every statement keeps the precondition in its WHERE clause; nothing is
 decided in Python between a read and a write.
@@ -26,7 +28,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_workers.info import TaskStatus
 from django_workers.lifecycle import TaskEnd, fields_of
-from django_workers.models import CLAIM_ORDER, TaskRecord, TaskWatcher
+from django_workers.models import CLAIM_ORDER, TaskRecord, TaskWatcher, WorkflowRecord
 
 JSON_COLUMNS = frozenset({"args", "kwargs", "options", "result", "error", "errors"})
 DATETIME_COLUMNS = frozenset({"run_after", "created_at", "started_at", "finished_at"})
@@ -191,3 +193,30 @@ def finish_postgres(
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return {(task_id, run_id) for task_id, run_id in cursor.fetchall()}
+
+
+def save_workflow_postgres(
+    connection: BaseDatabaseWrapper,
+    workflow_id: str,
+    fields: Mapping[str, Any],
+    promote: Sequence[str],
+) -> None:
+    """Write a workflow's columns and make its promoted nodes PENDING, in one round trip.
+
+    The promotion keeps its precondition (the node is WAITING) in its WHERE clause.
+    """
+    names = sorted(fields)
+    assignments = ", ".join(
+        f"{_q(connection, name)} = %s" + ("::jsonb" if name == "nodes" else "") for name in names
+    )
+    values = [json.dumps(fields[n]) if n == "nodes" else fields[n] for n in names]
+    sql = f"""
+        WITH promoted AS (
+            UPDATE {TaskRecord._meta.db_table} SET status = %s
+            WHERE id = ANY(%s) AND status = %s
+        )
+        UPDATE {WorkflowRecord._meta.db_table} SET {assignments} WHERE id = %s
+    """
+    params = [TaskStatus.PENDING.value, list(promote), TaskStatus.WAITING.value, *values]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, workflow_id])

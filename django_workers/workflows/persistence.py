@@ -2,9 +2,10 @@
 
 A store calls these inside its own transaction, through a ``WorkflowBook``: the
 few row operations a store offers for it. ``react`` runs where task records
-end (``end_tasks``), ``begin`` is the pre-run check a worker makes before it
-starts a node, ``cancel`` is a workflow's cancel. Each locks the workflow rows
-first (in id order, so two writers never wait on each other in a cycle),
+end (``end_tasks``) and ``cancel`` is a workflow's cancel; ``pre_run`` is the
+check a worker makes, without any lock, before it starts a claimed node.
+The first two lock the workflow rows first (in id order, so two writers never
+wait on each other in a cycle),
 applies the machine to every event, carries out the effects, and writes the
 new state back, all before the store commits. A node that becomes PENDING
 does so in the transaction that ended its last dependency.
@@ -39,7 +40,7 @@ from django_workers.workflows.machine import (
     StartUndo,
     StopRunning,
     UndoEnded,
-    UndoStarted,
+    WorkflowState,
 )
 from django_workers.workflows.records import (
     node_key,
@@ -51,7 +52,16 @@ from django_workers.workflows.records import (
 )
 
 #: The record columns the effects read before ending a node's record.
-RECORD_COLUMNS = ("id", "run_id", "status", "worker_id", "queue", "workflow", "node")
+RECORD_COLUMNS = (
+    "id",
+    "run_id",
+    "status",
+    "worker_id",
+    "queue",
+    "workflow",
+    "node",
+    "cancel_reason",
+)
 
 
 class WorkflowBook(Protocol):
@@ -114,33 +124,32 @@ def cancel(book: WorkflowBook, workflow_id: str, undo: bool | None, now: datetim
     return True
 
 
-def begin(book: WorkflowBook, runs: Sequence[TaskInfo], now: datetime) -> list[bool]:
-    """The pre-run check of claimed node runs: which may start; the others end CANCELLED."""
-    rows = book.lock_workflows(sorted({info.workflow for info in runs if info.workflow}))
+def pre_run(
+    runs: Sequence[TaskInfo], records: Mapping[str, Mapping[str, Any]], now: datetime
+) -> tuple[list[bool], list[TaskEnd]]:
+    """The pre-run check of claimed node runs, read from their records: which may start.
+
+    A claimed node counts as started for its workflow: a refusal that meets it
+    asks its run to stop instead (``request_stop``), which this check reads. A
+    run whose record asks it to stop, or is no longer its claim, does not start;
+    the first kind is ended CANCELLED by the returned ends (the store writes them,
+    and the workflow reacts to them like to any end).
+    """
     allowed: list[bool] = []
-    refused: list[TaskEnd] = []
+    refusals: list[TaskEnd] = []
     for info in runs:
-        row = rows.get(info.workflow or "")
-        name, undo = read_label(info.node or "")
-        state = state_of(row) if row is not None else None
-        if row is not None and state is not None and machine.may_start(state, name, undo=undo):
-            started = UndoStarted(name) if undo else NodeStarted(name)
-            row.update(row_fields(row, machine.apply(state, started).state))
-            allowed.append(True)
-            continue
-        cancelled = state is not None and state.cancel_undo is not None
-        reason = CancelReason.USER if cancelled else CancelReason.WORKFLOW
-        refused.append(lifecycle.refuse_end(_columns(info), reason, now))
-        allowed.append(False)
-    won = book.write_ends(refused)
-    for workflow_id, row in rows.items():
-        events = [
-            _ended(end.node or "", TaskStatus.CANCELLED)
-            for end, ok in zip(refused, won, strict=True)
-            if ok and end.workflow == workflow_id
-        ]
-        _settle(book, row, events, now)
-    return allowed
+        record = records.get(info.id)
+        ours = (
+            record is not None
+            and record["run_id"] == info.run_id
+            and record["status"] == TaskStatus.RUNNING
+            and record["worker_id"] == info.worker_id
+        )
+        stop = CancelReason(record["cancel_reason"]) if ours else CancelReason.NONE  # type: ignore[index]
+        allowed.append(ours and stop is CancelReason.NONE)
+        if ours and stop is not CancelReason.NONE:
+            refusals.append(lifecycle.refuse_end(record, stop, now))  # type: ignore[arg-type]
+    return allowed, refusals
 
 
 def _settle(
@@ -149,10 +158,7 @@ def _settle(
     """Apply ``events`` in turn, carrying out each one's effects; write the state once."""
     state = state_of(row)
     for event in events:
-        transition = machine.apply(state, event)
-        state = transition.state
-        reason = CancelReason.USER if isinstance(event, CancelWorkflow) else CancelReason.WORKFLOW
-        _carry_out(book, row, transition.effects, reason, now)
+        state = _apply(book, row, state, event, now)
     fields = row_fields(row, state)
     if state.ended and row.get("finished_at") is None:
         fields["finished_at"] = now
@@ -160,58 +166,75 @@ def _settle(
     row.update(fields)
 
 
-def _carry_out(
+def _apply(
+    book: WorkflowBook, row: Mapping[str, Any], state: WorkflowState, event: Event, now: datetime
+) -> WorkflowState:
+    """Apply one event and carry out its effects; return the new state.
+
+    A node the machine would refuse as queued may already be claimed by a worker
+    (claims do not lock the workflow): for the workflow it has started, so the
+    event is applied again after its ``NodeStarted``, and the node is asked to stop.
+    """
+    reason = CancelReason.USER if isinstance(event, CancelWorkflow) else CancelReason.WORKFLOW
+    claimed: list[str] = []
+    while True:
+        before = state
+        for name in claimed:
+            before = machine.apply(before, NodeStarted(name)).state
+        transition = machine.apply(before, event)
+        found = _refuse(book, row, transition.effects, reason, now)
+        if not found:
+            break
+        claimed += found
+    _carry_out(book, row, transition.effects, now)
+    return transition.state
+
+
+def _task_id(row: Mapping[str, Any], name: str) -> str:
+    return node_task_id(row["id"], row["key"], node_label(name))
+
+
+def _refuse(
     book: WorkflowBook,
     row: Mapping[str, Any],
     effects: Sequence[Effect],
     reason: CancelReason,
     now: datetime,
+) -> list[str]:
+    """End the records of refused nodes; return the refused nodes a worker has claimed."""
+    names = [e.node for e in effects if isinstance(e, CancelWaiting | RefuseQueued)]
+    if not names:
+        return []
+    records = book.node_records([_task_id(row, name) for name in names])
+    claimed = [r for r in records if r["status"] == TaskStatus.RUNNING]
+    if not claimed:
+        unstarted = [r for r in records if r["status"] in (TaskStatus.WAITING, TaskStatus.PENDING)]
+        won = book.write_ends([lifecycle.refuse_end(r, reason, now) for r in unstarted])
+        lost = [r["id"] for r, ok in zip(unstarted, won, strict=True) if not ok]
+        # A refusal loses its fence only to a claim that came in between.
+        claimed = [r for r in book.node_records(lost) if r["status"] == TaskStatus.RUNNING]
+    return [read_label(r["node"])[0] for r in claimed]
+
+
+def _carry_out(
+    book: WorkflowBook, row: Mapping[str, Any], effects: Sequence[Effect], now: datetime
 ) -> None:
-    """Do what the machine asked; what the writes end, the machine has already ended."""
-
-    def task_ids(kinds: type | tuple[type, ...]) -> list[str]:
-        return [
-            node_task_id(row["id"], row["key"], node_label(e.node))  # type: ignore[union-attr]
-            for e in effects
-            if isinstance(e, kinds)
-        ]
-
-    if promote := task_ids(Promote):
+    """Do what the machine asked besides refusals (done first, by ``_refuse``)."""
+    if promote := [_task_id(row, e.node) for e in effects if isinstance(e, Promote)]:
         book.promote(promote)
     if undos := [e.node for e in effects if isinstance(e, StartUndo)]:
         book.add_tasks([_undo_task(row, name, now) for name in undos])
-    if stop := task_ids(StopRunning):
-        # The record stays RUNNING: the node ends when its function returns, so one that
-        # completes anyway is still compensated.
+    if stop := [_task_id(row, e.node) for e in effects if isinstance(e, StopRunning)]:
+        # The record stays RUNNING: the node ends when its function returns (or when
+        # its worker's pre-run check reads the request), so one that completes anyway
+        # is still compensated.
         book.request_stop(stop, CancelReason.USER)
-    if refuse := task_ids((CancelWaiting, RefuseQueued)):
-        # A claimed record is turned away by its worker's pre-run check instead.
-        unstarted = (TaskStatus.WAITING, TaskStatus.PENDING)
-        book.write_ends(
-            [
-                lifecycle.refuse_end(record, reason, now)
-                for record in book.node_records(refuse)
-                if record["status"] in unstarted
-            ]
-        )
 
 
 def _ended(label: str, status: TaskStatus) -> Event:
     name, undo = read_label(label)
     outcome = Outcome(str(status).lower())
     return UndoEnded(name, outcome) if undo else NodeEnded(name, outcome)
-
-
-def _columns(info: TaskInfo) -> dict[str, Any]:
-    return {
-        "id": info.id,
-        "run_id": info.run_id,
-        "status": info.status,
-        "worker_id": info.worker_id,
-        "queue": info.queue,
-        "workflow": info.workflow,
-        "node": info.node,
-    }
 
 
 def _undo_task(row: Mapping[str, Any], name: str, now: datetime) -> NewTask:

@@ -224,7 +224,7 @@ def test_an_abandon_ends_only_a_pending_task(store: WorkerStore) -> None:
 def test_a_refusal_ends_a_queued_node_and_a_claimed_one_before_it_starts(
     store: WorkerStore,
 ) -> None:
-    wf = Workflow("ff", System(), fail_fast=True)
+    wf = Workflow("wf", System())
     wf.add("a", add, args=[1, 2], queue="qa")
     wf.add("b", add, args=[1, 2], queue="qb")
     wf.add("c", add, args=[1, 2], queue="qc")
@@ -232,16 +232,15 @@ def test_a_refusal_ends_a_queued_node_and_a_claimed_one_before_it_starts(
     [a] = claim(store, queue="qa")
     [b] = claim(store, queue="qb")
     assert store.begin_runs([a]) == [True]
-    failed = lifecycle.run_end(a, "w1", TaskStatus.FAILED, clock.now(), error={"message": "x"})
-    assert store.end_tasks([failed]) == [True]
-    # c was queued: refused at once. b was claimed: refused by its worker's pre-run check.
-    c = info(store, "ff:c")
-    assert (c.status, c.cancel_reason) == ("CANCELLED", CancelReason.WORKFLOW)
+    assert store.cancel_workflow("wf", None) is True
+    # c was queued: refused at once. b was claimed: its worker's pre-run check refuses it.
+    c = info(store, "wf:c")
+    assert (c.status, c.cancel_reason) == ("CANCELLED", CancelReason.USER)
     assert c.error is not None
-    assert c.error.message == "Cancelled by its workflow: a dependency failed or was cancelled"
-    assert info(store, "ff:b").status == "RUNNING"
+    assert c.error.message == "Cancelled by user"
+    assert (info(store, "wf:b").status, info(store, "wf:b").cancel_reason) == ("RUNNING", "user")
     assert store.begin_runs([b]) == [False]
-    assert info(store, "ff:b").status == "CANCELLED"
+    assert info(store, "wf:b").status == "CANCELLED"
     # A refusal is fenced like any end: a second one changes nothing.
     columns = {
         "id": b.id,
@@ -250,8 +249,30 @@ def test_a_refusal_ends_a_queued_node_and_a_claimed_one_before_it_starts(
         "worker_id": "w1",
         "queue": "qb",
     }
-    refused = lifecycle.refuse_end(columns, CancelReason.WORKFLOW, clock.now())
+    refused = lifecycle.refuse_end(columns, CancelReason.USER, clock.now())
     assert store.end_tasks([refused]) == [False]
+    # a was running: asked to stop, it ends when its function returns.
+    assert info(store, "wf:a").cancel_reason == "user"
+    assert store.get_workflow("wf").state == "running"  # type: ignore[union-attr]
+    done = lifecycle.run_end(a, "w1", TaskStatus.CANCELLED, clock.now())
+    assert store.end_tasks([done]) == [True]
+    assert store.get_workflow("wf").state == "cancelled"  # type: ignore[union-attr]
+
+
+def test_a_dependency_failure_refuses_a_queued_node_with_the_workflow_reason(
+    store: WorkerStore,
+) -> None:
+    wf = Workflow("ff", System(), fail_fast=True)
+    wf.add("a", add, args=[1, 2], queue="qa")
+    wf.add("c", add, args=[1, 2], queue="qc")
+    wf.submit(store=store)
+    [a] = claim(store, queue="qa")
+    failed = lifecycle.run_end(a, "w1", TaskStatus.FAILED, clock.now(), error={"message": "x"})
+    assert store.end_tasks([failed]) == [True]
+    c = info(store, "ff:c")
+    assert (c.status, c.cancel_reason) == ("CANCELLED", CancelReason.WORKFLOW)
+    assert c.error is not None
+    assert c.error.message == "Cancelled by its workflow: a dependency failed or was cancelled"
 
 
 # -- one transaction, many ends -----------------------------------------------------------------
