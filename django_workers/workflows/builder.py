@@ -38,6 +38,7 @@ from typing import Any, Final, Self
 
 from django.tasks import Task
 
+from django_workers import clock
 from django_workers.authority import (
     Authority,
     Owner,
@@ -53,10 +54,13 @@ from django_workers.exceptions import (
     InvalidTaskOptions,
     InvalidWorkflow,
     TaskNotImportable,
+    WorkflowExists,
 )
+from django_workers.info import TaskStatus
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef, task_path
-from django_workers.stores import WorkerStore, default_store
+from django_workers.stores import NewTask, WorkerStore, default_store
+from django_workers.stores.base import NewWorkflow
 from django_workers.submission import (
     DEFAULT_OPTIONS,
     DEFAULT_QUEUE,
@@ -68,9 +72,11 @@ from django_workers.submission import (
     _check_queue,
     _check_size,
     _options_json,
+    new_run_id,
 )
 from django_workers.workflows import machine
-from django_workers.workflows.handles import WorkflowHandle, submit_plan
+from django_workers.workflows.handles import WorkflowHandle
+from django_workers.workflows.records import node_key, node_label, plan_nodes, row_fields
 
 NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -362,7 +368,7 @@ class Workflow:
         InvalidWorkflow, AuthorizationError or WorkflowExists is raised.
         """
         store = store if store is not None else default_store()
-        return submit_plan(self.plan(store), self.authority, store)
+        return _write(self.plan(store), self.authority, store)
 
     def _record(self, problem: str) -> None:
         self._problems.append(problem)
@@ -487,3 +493,65 @@ def _stored_options(options: object, django_task: Task | None) -> dict[str, Any]
     if django_task is not None and django_task.takes_context:
         stored["takes_context"] = True
     return stored
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def _write(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> WorkflowHandle:
+    """Write a checked plan: its row and its node records in one transaction, or nothing."""
+    start = machine.start(
+        plan.machine_nodes(), fail_fast=plan.fail_fast, undo_on_cancel=plan.undo_on_cancel
+    )
+    row = {
+        "nodes": plan_nodes(
+            [
+                {
+                    "name": node.name,
+                    "deps": node.deps,
+                    "always": node.always,
+                    "queue": node.queue,
+                    "undo": node.undo.to_json() if node.undo else None,
+                }
+                for node in plan.nodes
+            ]
+        )
+    }
+    promoted = {effect.node for effect in start.effects if isinstance(effect, machine.Promote)}
+    now = clock.now()
+    prefix = plan.id[: len(plan.id) - len(plan.key)]
+    tasks = [
+        NewTask(
+            id=prefix + node_key(plan.key, node.name),
+            key=node_key(plan.key, node.name),
+            owner=plan.owner,
+            scope="user" if plan.owner else "global",
+            task_path=node.task_path,
+            args=node.args,
+            kwargs=node.kwargs,
+            queue=node.queue,
+            priority=node.priority,
+            run_after=None,
+            options=node.options,
+            run_id=new_run_id(),
+            created_at=now,
+            status=TaskStatus.PENDING if node.name in promoted else TaskStatus.WAITING,
+            workflow=plan.id,
+            node=node_label(node.name),
+        )
+        for node in plan.nodes
+    ]
+    workflow = NewWorkflow(
+        id=plan.id,
+        key=plan.key,
+        owner=plan.owner,
+        plan_hash=plan.plan_hash,
+        fail_fast=plan.fail_fast,
+        undo_on_cancel=plan.undo_on_cancel,
+        state=row_fields(row, start.state),
+        created_at=now,
+    )
+    existing = store.submit_workflow(workflow, tasks)
+    if existing is not None and existing != plan.plan_hash:
+        raise WorkflowExists(plan.id, plan.plan_hash, existing)
+    return WorkflowHandle(plan.id, authority, store)

@@ -11,34 +11,22 @@ opens ``"42::order-1"``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
-from django_workers import clock
 from django_workers.authority import SEPARATOR, Authority, Owner, check_authority, user_id_of
 from django_workers.cancellation import CancelReason
 from django_workers.exceptions import (
     InvalidWorkflow,
     WorkflowAlreadyFinished,
-    WorkflowExists,
     WorkflowNotFound,
 )
 from django_workers.handles import wait_until_finished
-from django_workers.info import TaskStatus
 from django_workers.live import live_runs
-from django_workers.stores import NewTask, WorkerStore, default_store
-from django_workers.stores.base import NewWorkflow
-from django_workers.submission import new_run_id
+from django_workers.stores import WorkerStore, default_store
 from django_workers.workflows import machine
 from django_workers.workflows.records import (
     WorkflowInfo,
-    node_key,
-    node_label,
-    plan_nodes,
-    row_fields,
 )
-
-if TYPE_CHECKING:
-    from django_workers.workflows.builder import WorkflowPlan
 
 #: The states ``get_all_workflows(state=...)`` filters on.
 STATES: Final = tuple(state.value for state in machine.WorkflowStatus)
@@ -77,65 +65,6 @@ class WorkflowHandle:
             f"Workflow {self.id!r} did not end within {timeout:g} s; it was left alone "
             "(call cancel() to stop it)."
         )
-
-
-def submit_plan(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> WorkflowHandle:
-    """Write a checked plan: its row and its node records in one transaction, or nothing."""
-    start = machine.start(
-        plan.machine_nodes(), fail_fast=plan.fail_fast, undo_on_cancel=plan.undo_on_cancel
-    )
-    row = {
-        "nodes": plan_nodes(
-            [
-                {
-                    "name": node.name,
-                    "deps": node.deps,
-                    "always": node.always,
-                    "queue": node.queue,
-                    "undo": node.undo.to_json() if node.undo else None,
-                }
-                for node in plan.nodes
-            ]
-        )
-    }
-    promoted = {effect.node for effect in start.effects if isinstance(effect, machine.Promote)}
-    now = clock.now()
-    prefix = plan.id[: len(plan.id) - len(plan.key)]
-    tasks = [
-        NewTask(
-            id=prefix + node_key(plan.key, node.name),
-            key=node_key(plan.key, node.name),
-            owner=plan.owner,
-            scope="user" if plan.owner else "global",
-            task_path=node.task_path,
-            args=node.args,
-            kwargs=node.kwargs,
-            queue=node.queue,
-            priority=node.priority,
-            run_after=None,
-            options=node.options,
-            run_id=new_run_id(),
-            created_at=now,
-            status=TaskStatus.PENDING if node.name in promoted else TaskStatus.WAITING,
-            workflow=plan.id,
-            node=node_label(node.name),
-        )
-        for node in plan.nodes
-    ]
-    workflow = NewWorkflow(
-        id=plan.id,
-        key=plan.key,
-        owner=plan.owner,
-        plan_hash=plan.plan_hash,
-        fail_fast=plan.fail_fast,
-        undo_on_cancel=plan.undo_on_cancel,
-        state=row_fields(row, start.state),
-        created_at=now,
-    )
-    existing = store.submit_workflow(workflow, tasks)
-    if existing is not None and existing != plan.plan_hash:
-        raise WorkflowExists(plan.id, plan.plan_hash, existing)
-    return WorkflowHandle(plan.id, authority, store)
 
 
 def open_workflow(
