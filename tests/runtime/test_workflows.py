@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 
 from django_workers import (
@@ -31,11 +32,13 @@ from django_workers import (
     submit_task,
 )
 from django_workers.exceptions import InvalidWorkflow
+from django_workers.handles import close_listeners
 from django_workers.stores import WorkerStore
+from django_workers.stores.database import DatabaseWorkerStore
 from django_workers.stores.memory import InMemoryWorkerStore
 from django_workers.testing import run_tasks
 from tests import tasks as t
-from tests.helpers import start_runtime
+from tests.helpers import start_runtime, wait_until
 
 ANN, BOB = Owner("ann"), Owner("bob")
 
@@ -269,3 +272,23 @@ def test_a_promotion_wakes_an_idle_runtime_of_the_same_process() -> None:
         assert info.state == "completed"
     finally:
         runtime.stop()
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="LISTEN/NOTIFY needs PostgreSQL")
+def test_on_postgresql_notify_wakes_the_dependents_worker_and_the_waiter(
+    db_store: DatabaseWorkerStore,
+) -> None:
+    # Idle workers and waiting handles poll every 5 s and 2 s here: only NOTIFY makes
+    # three steps of a chain, and the wait on it, end within a second and a half.
+    runtime = start_runtime(db_store, poll_interval=5.0)
+    try:
+        assert wait_until(lambda: runtime.runtime.listening, 10.0)
+        wf = Workflow("notified", System())
+        first = wf.add("first", t.add, args=[1, 1])
+        second = wf.add("second", t.add, args=[2, 2]).after(first)
+        wf.add("third", t.add, args=[3, 3]).after(second)
+        handle = wf.submit(store=db_store)
+        assert handle.wait(1.5).state == "completed"
+    finally:
+        runtime.stop()
+        close_listeners()
