@@ -23,6 +23,7 @@ from django_workers import (
     WorkflowAlreadyFinished,
     WorkflowExists,
     WorkflowNotFound,
+    cancel_task,
     cancel_workflow,
     clock,
     get_all_workflows,
@@ -292,3 +293,23 @@ def test_on_postgresql_notify_wakes_the_dependents_worker_and_the_waiter(
     finally:
         runtime.stop()
         close_listeners()
+
+
+def test_cancel_task_of_a_waiting_node_is_that_nodes_failure(store: WorkerStore) -> None:
+    wf = Workflow("o1", ANN)
+    first = wf.add("first", t.add, args=[1, 1])
+    second = wf.add("second", t.add, args=[2, 2]).after(first)
+    wf.add("third", t.add, args=[3, 3]).after(second)
+    handle = wf.submit(store=store)
+    cancelled = cancel_task("ann::o1:second", ANN, store=store)
+    assert (cancelled.status, cancelled.cancel_reason) == ("CANCELLED", "user")
+    run_tasks(store)
+    info = handle.status()
+    assert (info.state, [n.state for n in info.nodes]) == (
+        "failed",
+        ["completed", "cancelled", "cancelled"],
+    )
+    assert (
+        info.node("third").reason
+        == "Cancelled by its workflow: a dependency failed or was cancelled"
+    )
