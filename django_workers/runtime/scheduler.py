@@ -36,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 #: How long a schedule whose ticks could not be enqueued waits before the next try.
 RETRY_AFTER = timedelta(seconds=5)
+#: The most skipped ticks remembered as already logged.
+TOLD_MAX = 10_000
 #: How long a pass waits when no schedule has a next tick (all disabled, or never again).
 IDLE_RECHECK = timedelta(minutes=5)
 
@@ -147,6 +149,8 @@ class Scheduler:
         fresh = [tick for tick in skipped if (schedule.key, tick) not in self._told]
         if not fresh:
             return
+        if len(self._told) > TOLD_MAX:
+            self._told.clear()  # ticks told long ago are out of every window by now
         self._told.update((schedule.key, tick) for tick in fresh)
         self._report(
             logger.warning,
