@@ -26,6 +26,7 @@ from django.db import DatabaseError
 from django_workers import clock
 from django_workers.api import submit_tasks
 from django_workers.authority import Authority, Owner, Scope, System, scoped_task_key
+from django_workers.conf import workers_settings
 from django_workers.periodic.book import ScheduleBook, ScheduleState, book_for
 from django_workers.periodic.declarations import Problem, Schedule, declared, discover, registry
 from django_workers.periodic.policy import plan_ticks, tick_key
@@ -109,8 +110,6 @@ class Scheduler:
 
     def _schedules(self) -> dict[str, Schedule]:
         """Every declaration, read again when the settings or the registry change."""
-        from django_workers.conf import workers_settings
-
         seen = (workers_settings.SCHEDULES, registry.version)
         if self._seen is None or seen[0] is not self._seen[0] or seen[1] != self._seen[1]:
             schedules, problems = declared()
