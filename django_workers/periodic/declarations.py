@@ -25,6 +25,7 @@ from django_workers.exceptions import InvalidSchedule, WorkersError
 from django_workers.options import TaskOptions
 from django_workers.periodic.timing import Timing, timing_of
 from django_workers.references import to_json
+from django_workers.submission import MAX_PRIORITY, MIN_PRIORITY, QUEUE_MAX_LENGTH
 
 CatchUp = Literal["latest", "all", "none"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("latest", "all", "none")
@@ -97,6 +98,7 @@ class Schedule:
             raise InvalidSchedule(f'"enabled" must be True or False, got {self.enabled!r}.')
         if self.owner is not None:
             _check_owner(self.owner)
+        _check_queue_and_priority(self.queue, self.priority)
         if self.options is not None and not isinstance(self.options, TaskOptions):
             raise InvalidSchedule(
                 f'"options" must be a TaskOptions, got {type(self.options).__name__}.'
@@ -135,6 +137,27 @@ def _check_owner(owner: object) -> None:
         Owner(owner)
     except (WorkersError, TypeError) as e:
         raise InvalidSchedule(f'"owner": {e}') from e
+
+
+def _check_queue_and_priority(queue: object, priority: object) -> None:
+    if queue is not None and (
+        not isinstance(queue, str)
+        or not 1 <= len(queue) <= QUEUE_MAX_LENGTH
+        or not queue.isprintable()
+        or any(c.isspace() for c in queue)
+    ):
+        raise InvalidSchedule(
+            f'"queue" must be a name of 1 to {QUEUE_MAX_LENGTH} characters without spaces, '
+            f"got {queue!r}."
+        )
+    if priority is not None and (
+        isinstance(priority, bool)
+        or not isinstance(priority, int)
+        or not MIN_PRIORITY <= priority <= MAX_PRIORITY
+    ):
+        raise InvalidSchedule(
+            f'"priority" must be an int from {MIN_PRIORITY} to {MAX_PRIORITY}, got {priority!r}.'
+        )
 
 
 def _check_call(args: object, kwargs: object) -> None:

@@ -60,6 +60,8 @@ def test_the_decorator_takes_a_django_task_and_defaults_the_key_to_its_path() ->
         ({"cron": "* * * * *", "kwargs": {"when": object()}}, "JSON"),
         ({"cron": "* * * * *", "options": {"retries": 1}}, "TaskOptions"),
         ({"cron": "* * * * *", "enabled": "yes"}, '"enabled"'),
+        ({"cron": "* * * * *", "queue": "two words"}, '"queue"'),
+        ({"cron": "* * * * *", "priority": 101}, '"priority"'),
     ],
 )
 def test_bad_input_to_the_decorator_raises_at_the_declaration(kwargs, message) -> None:
