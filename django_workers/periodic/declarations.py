@@ -112,6 +112,7 @@ class Schedule:
 
     @property
     def window(self) -> float:
+        """The catch-up window in seconds."""
         return float(self.catch_up_window)
 
 
