@@ -20,6 +20,7 @@ from django_workers.exceptions import (
     ArgumentsNotSerializable,
     ArgumentsTooLarge,
     AuthorizationError,
+    InvalidSchedule,
     InvalidTaskKey,
     InvalidTaskOptions,
     InvalidWorkflow,
@@ -39,6 +40,7 @@ from django_workers.handles import TaskHandle, open_task, submit
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, cancel_reason, cancel_requested
 from django_workers.live import current_run
 from django_workers.options import TaskOptions
+from django_workers.periodic import periodic
 from django_workers.stores import default_store, set_queue_authorizer, set_watch_authorizer
 from django_workers.workflows import (
     Workflow,
@@ -63,6 +65,7 @@ __all__ = [
     "ArgumentsTooLarge",
     "AuthorizationError",
     "CancelReason",
+    "InvalidSchedule",
     "InvalidTaskKey",
     "InvalidTaskOptions",
     "InvalidWorkflow",
@@ -104,6 +107,7 @@ __all__ = [
     "open_task",
     "open_workflow",
     "owner_of",
+    "periodic",
     "scoped_task_key",
     "set_queue_authorizer",
     "set_watch_authorizer",

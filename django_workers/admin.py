@@ -30,7 +30,8 @@ from django_workers.api import cancel_task
 from django_workers.authority import user_id_of
 from django_workers.exceptions import TaskAlreadyFinished, TaskNotFound
 from django_workers.info import TERMINAL_STATUSES
-from django_workers.models import TaskRecord, WorkerProcess
+from django_workers.models import ScheduleRecord, TaskRecord, WorkerProcess
+from django_workers.periodic.admin import ScheduleRecordAdmin
 from django_workers.stores import default_store
 from django_workers.web_authority import authority_for_user
 
@@ -337,3 +338,7 @@ class WorkerProcessAdmin(ReadOnlyAdmin):
                 name=f"{self.opts.app_label}_{self.opts.model_name}_changelist",
             )
         ]
+
+
+# Periodic schedules: their page lives with the rest of periodic tasks.
+admin.site.register(ScheduleRecord, ScheduleRecordAdmin)

@@ -18,6 +18,8 @@ from django.db import DatabaseError, connections
 from django.utils.module_loading import import_string
 
 from django_workers.conf import DEFAULTS, workers_settings
+from django_workers.exceptions import TaskNotImportable
+from django_workers.references import resolve
 
 #: The keys a DJANGO_WORKERS["QUEUES"] entry may have.
 QUEUE_KEYS = frozenset({"concurrency"})
@@ -94,6 +96,7 @@ def check_workers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
     errors += _queues()
     errors += _only_listed_queues()
     errors += _retention()
+    errors += _schedules()
     return errors
 
 
@@ -287,6 +290,34 @@ def _retention_error(problem: str, did_you_mean: str = "") -> Error:
         "None to keep those tasks (or ended workflows) forever; a key left out keeps its default.",
         id="django_workers.E012",
     )
+
+
+def _schedules() -> list[CheckMessage]:
+    """Every declared schedule: its entry in SCHEDULES, its task's import, no key twice."""
+    from django_workers.periodic.declarations import declared, discover
+
+    errors: list[CheckMessage] = [
+        Error(
+            f"{module} cannot be imported, so its @periodic schedules are unknown: {error!r}",
+            hint="Fix the import error; every worker imports each app's tasks module.",
+            id="django_workers.E018",
+        )
+        for module, error in discover()
+    ]
+    schedules, problems = declared()
+    errors += [Error(p.message, hint=p.hint, id=p.check_id) for p in problems]
+    for key, schedule in schedules.items():
+        try:
+            resolve(schedule.task)
+        except TaskNotImportable as e:
+            errors.append(
+                Error(
+                    f"Schedule {key!r}: {e}",
+                    hint="Give the dotted path of a module-level function or Django @task.",
+                    id="django_workers.E018",
+                )
+            )
+    return errors
 
 
 def check_migrations_applied(

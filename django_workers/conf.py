@@ -51,6 +51,8 @@ DEFAULTS: dict[str, Any] = {
     # Seconds between two cleanup passes, and rows deleted per batch.
     "CLEANUP_INTERVAL": 300.0,
     "CLEANUP_BATCH": 500,
+    # Periodic tasks by key: {"refresh-rates": {"task": "app.tasks.f", "cron": "*/5 * * * *"}}.
+    "SCHEDULES": {},
 }
 
 

@@ -105,6 +105,12 @@ class ArgumentsTooLarge(WorkersError, ValueError):
         )
 
 
+class InvalidSchedule(WorkersError, ValueError):
+    """A periodic schedule is malformed: its key, cron, interval, time zone or catch-up policy."""
+
+    code = "invalid_schedule"
+
+
 class TaskTimeoutError(WorkersError, TimeoutError):
     """A run outlived its TaskOptions(timeout=...)."""
 

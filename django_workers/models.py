@@ -245,3 +245,64 @@ class QueueLock(models.Model):
 def record_fields() -> list[str]:
     """Columns a TaskInfo is built from (watchers come from their own table)."""
     return [f.attname for f in TaskRecord._meta.concrete_fields]
+
+
+class ScheduleRecordQuerySet(models.QuerySet["ScheduleRecord"]):
+    """Named queries and the conditional writes of periodic schedules."""
+
+    def visible_to(self, user_id: str | None) -> ScheduleRecordQuerySet:
+        """Schedules whose ticks a user owns; every schedule for None (System)."""
+        return self if user_id is None else self.filter(owner=user_id)
+
+    def advance(self, key: str, expected: datetime | None, tick: datetime, task_id: str) -> bool:
+        """Record ``tick`` as enqueued if the last tick is still ``expected`` and not paused."""
+        qs = self.filter(pk=key, paused=False)
+        if expected is None:
+            qs = qs.filter(last_tick__isnull=True)
+        else:
+            qs = qs.filter(last_tick=expected)
+        return qs.update(last_tick=tick, last_task_id=task_id) == 1
+
+    def set_paused(self, keys: list[str], paused: bool, now: datetime) -> int:
+        """Pause or resume schedules; a resumed one fires only ticks after ``now``."""
+        changes: dict[str, Any] = {"paused": paused}
+        if not paused:
+            changes["fires_after"] = now
+        return self.filter(pk__in=keys, paused=not paused).update(**changes)
+
+
+class ScheduleRecord(models.Model):
+    """A periodic schedule as the workers last saw it declared, and its last tick.
+
+    The declaration lives in code; this row mirrors it for the admin and the
+    ``workers`` command, holds the pause switch, and records the last tick
+    enqueued. Every scheduler advances ``last_tick`` with one conditional
+    UPDATE, and only the one whose UPDATE matched submits that tick.
+    """
+
+    key = models.CharField(primary_key=True, max_length=100)
+    task_path = models.CharField(max_length=300)
+    cron = models.CharField(max_length=200, blank=True, default="")
+    every = models.PositiveIntegerField(null=True, blank=True)
+    time_zone = models.CharField(max_length=64, default="UTC")
+    catch_up = models.CharField(max_length=8, default="latest")
+    owner = models.CharField(max_length=OWNER_MAX_LENGTH, null=True, blank=True)
+    queue = models.CharField(max_length=100, null=True, blank=True)
+    # As declared in code; a schedule fires when enabled and not paused.
+    enabled = models.BooleanField(default=True)
+    # The operators' switch (admin): a paused schedule fires nothing.
+    paused = models.BooleanField(default=False)
+    # Ticks at or before this instant never fire: when the row was created or re-enabled.
+    fires_after = models.DateTimeField(default=timezone.now)
+    last_tick = models.DateTimeField(null=True, blank=True)
+    last_task_id = models.CharField(max_length=TASK_ID_MAX_LENGTH, null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    objects = ScheduleRecordQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "schedule"
+        ordering = ("key",)
+
+    def __str__(self) -> str:
+        return self.key

@@ -72,6 +72,7 @@ def docs_site(
     from django.test import override_settings
 
     from django_workers.handles import close_listeners
+    from django_workers.periodic.declarations import registry
     from django_workers.stores import default_store, reset_default_store
     from tests.helpers import start_runtime
 
@@ -79,6 +80,7 @@ def docs_site(
         sys.path.insert(0, str(EXAMPLE_PROJECT))
     with django_db_blocker.unblock(), override_settings(TASKS=DOCS_TASKS, DJANGO_WORKERS={}):
         _forget_everything()
+        declared_before = registry.all()
         served = None
         if request.path.name not in PAGES_WITHOUT_WORKER:
             served = start_runtime(default_store(), concurrency=4)
@@ -88,13 +90,22 @@ def docs_site(
             if served is not None:
                 served.stop()
             close_listeners()
+            for key in set(registry.all()) - set(declared_before):
+                registry.remove(key)  # a page's @periodic schedules end with the page
             _forget_everything()
             reset_default_store()
 
 
 def _forget_everything() -> None:
-    from django_workers.models import TaskRecord, TaskWatcher, WorkerProcess, WorkflowRecord
+    from django_workers.models import (
+        ScheduleRecord,
+        TaskRecord,
+        TaskWatcher,
+        WorkerProcess,
+        WorkflowRecord,
+    )
 
+    ScheduleRecord.objects.all().delete()
     WorkflowRecord.objects.all().delete()
     TaskWatcher.objects.all().delete()
     TaskRecord.objects.all().delete()

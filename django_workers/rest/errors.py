@@ -24,6 +24,7 @@ HTTP_STATUS: dict[type[workers.WorkersError], int] = {
     workers.InvalidTaskKey: status.HTTP_400_BAD_REQUEST,
     workers.InvalidTaskOptions: status.HTTP_400_BAD_REQUEST,
     workers.InvalidWorkflow: status.HTTP_400_BAD_REQUEST,
+    workers.InvalidSchedule: status.HTTP_400_BAD_REQUEST,
     workers.TaskNotImportable: status.HTTP_400_BAD_REQUEST,
     workers.ArgumentsNotSerializable: status.HTTP_400_BAD_REQUEST,
     workers.ArgumentsTooLarge: status.HTTP_400_BAD_REQUEST,

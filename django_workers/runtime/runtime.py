@@ -2,7 +2,8 @@
 
 One runtime = one claim loop + ``concurrency`` run threads + a finisher that
 writes the ends of runs in groups + a watchdog for deadlines + a housekeeping
-thread (heartbeat, cancel delivery, zombie sweep, cleanup, liveness) + a
+thread (heartbeat, cancel delivery, zombie sweep, cleanup, liveness, the
+scheduler pass of periodic tasks) + a
 reporter that logs and sends ``run_finished`` + on PostgreSQL a LISTEN thread.
 The store only answers questions; everything that runs is here.
 
@@ -49,6 +50,7 @@ from django_workers.runtime.reporter import (
     worth_reporting,
 )
 from django_workers.runtime.run import RunHandle, execute, failure_of, task_logger
+from django_workers.runtime.scheduler import Scheduler
 from django_workers.runtime.wakeup import CANCELLED, Listener, parse_notice
 from django_workers.runtime.watchdog import Watchdog
 from django_workers.signals import run_started
@@ -120,6 +122,8 @@ class WorkerRuntime:
         self._report = self._reporter.report
         self._threads: list[threading.Thread] = []
         self._watchdog = Watchdog(self._expire)
+        # Every runtime runs the scheduler pass: no leader, no separate beat process.
+        self.scheduler = Scheduler(self.store, self._report)
         self._listener: Listener | None = None
         # Liveness: when the claim loop last went round, since when the finisher has been
         # writing its current batch (None: idle), when the lease was last renewed.
@@ -456,6 +460,7 @@ class WorkerRuntime:
         if now >= due["cleanup"]:
             due["cleanup"] = now + workers_settings.CLEANUP_INTERVAL
             self.cleanup()
+        self.scheduler.run_pass()
 
     def _deliver_cancels(self) -> None:
         with self._lock:

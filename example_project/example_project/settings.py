@@ -133,4 +133,11 @@ DJANGO_WORKERS = {
     # Receipts go out one at a time, in the order they were submitted, however
     # many workers run (a sequential queue).
     "QUEUES": {"emails": {"concurrency": 1}},
+    # Periodic tasks: every runworkers process runs the scheduler, and each
+    # tick is enqueued once however many run (docs/periodic-tasks.md).
+    "SCHEDULES": {
+        "refresh-rates": {"task": "shop.tasks.refresh_exchange_rates", "cron": "*/15 * * * *"},
+        # Every 2 seconds, so that the demo sees it fire.
+        "ping-monitoring": {"task": "shop.tasks.ping_monitoring", "every": 2},
+    },
 }

@@ -69,6 +69,17 @@ def build_sales_report(seconds: float) -> str:
     return "report built"
 
 
+def refresh_exchange_rates() -> dict[str, float]:
+    """Fetch today's exchange rates (a periodic task: see SCHEDULES in the settings)."""
+    time.sleep(STEP)
+    return {"EUR": 1.0, "USD": 1.08, "GBP": 0.85}
+
+
+def ping_monitoring() -> str:
+    """Tell the uptime monitor that the workers are alive (a periodic task, every 2 s)."""
+    return "pong"
+
+
 @task(queue_name="emails", priority=10)
 def send_receipt(order_id: int) -> str:
     """Email the receipt of an order (the "emails" queue sends one at a time).

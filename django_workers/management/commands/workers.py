@@ -1,6 +1,6 @@
 """``manage.py workers``: the operators' tool to see and manage tasks and workers.
 
-Subcommands: status, list, show, cancel, retry, purge. It acts as ``System()``:
+Subcommands: status, list, show, cancel, retry, purge, schedules. It acts as ``System()``:
 it sees and manages every user's tasks. Tables for people, ``--json`` for
 scripts. The work is done by ``django_workers.operations`` and the public API;
 this module parses and prints.
@@ -31,6 +31,7 @@ from django_workers.exceptions import (
 )
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.management.arguments import limit, owner, seconds, task_status
+from django_workers.periodic.overview import ScheduleView, schedule_overview
 from django_workers.stores import WorkerStore, default_store
 
 HELP = (
@@ -86,6 +87,11 @@ class Command(BaseCommand):
             help="Finished more than this many seconds ago (default: each status's RETENTION).",
         )
         purge.add_argument("--yes", action="store_true", help="Delete; without it, only count.")
+        sub.add_parser(
+            "schedules",
+            parents=[common],
+            help="Periodic schedules: state, next tick, last tick and its task's status.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         store = default_store()
@@ -181,6 +187,14 @@ class Command(BaseCommand):
         if not options["yes"]:
             self._write("Dry run: nothing was deleted. Pass --yes to delete.")
 
+    def do_schedules(self, store: WorkerStore, options: dict[str, Any]) -> None:
+        views = schedule_overview(store)
+        if self.as_json:
+            return self._json([schedule_json(v) for v in views])
+        if not views:
+            return self._write("No schedules declared.")
+        self._write(table(SCHEDULE_COLUMNS, [schedule_row(v) for v in views]))
+
     # -- output --
 
     def _outcomes(self, results: list[dict[str, str]], success: str) -> None:
@@ -255,6 +269,28 @@ def task_json(info: TaskInfo) -> dict[str, Any]:
             value = str(value)
         data[f.name] = value
     return data
+
+
+def schedule_json(view: ScheduleView) -> dict[str, Any]:
+    data = dataclasses.asdict(view)
+    data["next_tick"], data["last_tick"] = iso(view.next_tick), iso(view.last_tick)
+    return data
+
+
+SCHEDULE_COLUMNS = ("KEY", "TASK", "WHEN", "CATCH-UP", "STATE", "NEXT TICK", "LAST TICK", "STATUS")
+
+
+def schedule_row(view: ScheduleView) -> list[str]:
+    return [
+        view.key,
+        view.task,
+        view.timing,
+        view.catch_up,
+        view.state,
+        short_time(view.next_tick),
+        short_time(view.last_tick),
+        view.last_status or "-",
+    ]
 
 
 def status_json(report: operations.Status) -> dict[str, Any]:

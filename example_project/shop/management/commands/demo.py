@@ -4,21 +4,24 @@ It clears the records of earlier demos, submits one task per feature as the
 user ``demo-user`` (and one site-wide task as ``System()``) and two
 workflows (a photo upload across three queues with an ``.always()`` node, and
 an order saga whose failing last step undoes the others), runs
-``manage.py runworkers --burst`` as a separate process, cancels the long
-export from this process while it runs, then prints each task's outcome and
-exits non-zero if any task or workflow did not end as it should.
+``manage.py runworkers`` as a separate process, cancels the long export from
+this process while it runs, waits until every task and workflow has ended and
+the ``ping-monitoring`` schedule of the settings has fired twice, stops the
+worker with SIGTERM, then prints each task's outcome and exits non-zero if any
+task or workflow did not end as it should.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -45,7 +48,7 @@ from django_workers import (
     submit_task,
     submit_tasks,
 )
-from django_workers.models import TaskRecord, WorkflowRecord
+from django_workers.models import ScheduleRecord, TaskRecord, WorkflowRecord
 from shop import tasks
 
 DEMO_USER = Owner("demo-user")
@@ -58,6 +61,9 @@ OVERLAP_SLACK = timedelta(milliseconds=50)
 START_DEADLINE = 20.0
 #: The export's progress (%) at which the demo cancels it: mid-run, with work done.
 CANCEL_AT = 5
+#: The schedule of the settings the demo watches fire, and how many of its ticks.
+SCHEDULE = "ping-monitoring"
+TICKS = 2
 
 
 @dataclass(frozen=True)
@@ -292,16 +298,23 @@ class Command(BaseCommand):
             self.stdout.write(f"  workflow -> id {flow.handle.id!r}")
         export = next(d for d in demos if d.key == "export-catalog")
 
-        self.section("Running: manage.py runworkers --burst --concurrency 4")
+        self.section("Running: manage.py runworkers --concurrency 4")
         started = time.monotonic()
         worker = self.start_workers(options["verbosity"])
         deadline = started + options["timeout"]
         cancelled_at = self.cancel_when_running(export, worker, deadline)
-        code = self.wait_for(worker, deadline)
-        self.stdout.write(f"runworkers exited with code {code} after {self.since(started)}")
+        self.wait_until_done(demos, workflows, worker, deadline)
+        worker.send_signal(signal.SIGTERM)
+        code = self.wait_for(worker, max(deadline, time.monotonic() + 15))
+        self.stdout.write(
+            f"runworkers exited with code {code} after {self.since(started)} "
+            "(stopped with SIGTERM once every task and workflow had ended)"
+        )
         if cancelled_at is not None:
             self.stdout.write(f"  ({self.since(cancelled_at)} after the cancel)")
 
+        ticks = self.schedule_ticks()
+        demos += ticks
         for demo in demos:
             demo.info = get_task_status(demo.task_id, System())
         self.check_visibility(demos)
@@ -313,6 +326,8 @@ class Command(BaseCommand):
         failed = self.report(demos) + self.report_workflows(workflows)
         if code != 0:
             raise CommandError(f"runworkers exited with code {code}, expected 0.")
+        if len(ticks) < TICKS:
+            raise CommandError(f"Schedule {SCHEDULE!r} fired {len(ticks)} ticks, expected {TICKS}.")
         if failed:
             raise CommandError(
                 f"{failed} of {len(demos)} tasks and {len(workflows)} workflows did not end "
@@ -333,7 +348,10 @@ class Command(BaseCommand):
             Q(owner=DEMO_USER.user_id)
             | Q(id__in=GLOBAL_KEYS)
             | Q(task_path=tasks.rebuild_search_index.module_path)
+            | Q(id__startswith=f"schedule:{SCHEDULE}:")
         )
+        # Its schedule starts afresh too: no late tick from an earlier demo's last one.
+        ScheduleRecord.objects.filter(pk=SCHEDULE).delete()
         deleted, _ = stale.delete()
         deleted += WorkflowRecord.objects.filter(owner=DEMO_USER.user_id).delete()[0]
         if deleted:
@@ -341,7 +359,7 @@ class Command(BaseCommand):
 
     def start_workers(self, verbosity: int) -> subprocess.Popen[bytes]:
         manage = Path(settings.BASE_DIR) / "manage.py"
-        command = [sys.executable, str(manage), "runworkers", "--burst", "--concurrency", "4"]
+        command = [sys.executable, str(manage), "runworkers", "--concurrency", "4"]
         command += ["--verbosity", str(verbosity)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         sys.stdout.flush()
@@ -375,6 +393,45 @@ class Command(BaseCommand):
             f"never seen RUNNING at {CANCEL_AT}% within {START_DEADLINE:g} s, so not cancelled"
         )
         return None
+
+    def wait_until_done(
+        self,
+        demos: Sequence[DemoTask],
+        workflows: Sequence[DemoWorkflow],
+        worker: subprocess.Popen[bytes],
+        deadline: float,
+    ) -> None:
+        """Wait until every demo task and workflow ended and the schedule's first ticks ran."""
+        while time.monotonic() < deadline and worker.poll() is None:
+            ended = all(get_task_status(d.task_id, System()).is_finished for d in demos)
+            ended = ended and all(flow.handle.status().is_finished for flow in workflows)
+            ticks = self.tick_records().filter(status=TaskStatus.COMPLETED).count()
+            if ended and ticks >= TICKS:
+                return
+            time.sleep(0.1)
+
+    @staticmethod
+    def tick_records() -> Any:
+        return TaskRecord.objects.filter(id__startswith=f"schedule:{SCHEDULE}:").order_by("id")
+
+    def schedule_ticks(self) -> list[DemoTask]:
+        """The schedule's first ticks, as demo tasks: each one record that ran once."""
+        ids = list(self.tick_records().values_list("id", flat=True)[:TICKS])
+        self.stdout.write(f"  schedule {SCHEDULE!r} enqueued: {', '.join(ids) or 'nothing'}")
+        found = [
+            DemoTask(
+                f"tick-{n}",
+                f"periodic: SCHEDULES[{SCHEDULE!r}] every 2 s; each tick one task, run once",
+                Expected(TaskStatus.COMPLETED, attempts=1),
+                task_id=task_id,
+            )
+            for n, task_id in enumerate(ids, 1)
+        ]
+        for before, after in pairwise(found):
+            gap = tick_instant(after.task_id) - tick_instant(before.task_id)
+            if gap != timedelta(seconds=2):
+                after.extra_problems.append(f"{gap.total_seconds():g} s after {before.key}")
+        return found
 
     def wait_for(self, worker: subprocess.Popen[bytes], deadline: float) -> int:
         try:
@@ -495,6 +552,11 @@ class Command(BaseCommand):
     @staticmethod
     def since(moment: float) -> str:
         return f"{time.monotonic() - moment:.1f} s"
+
+
+def tick_instant(task_id: str) -> datetime:
+    """The UTC instant of a tick, from its task id (``schedule:<key>:<instant>``)."""
+    return datetime.fromisoformat(task_id.split(":", 2)[2])
 
 
 def outcome(info: TaskInfo, width: int = 60) -> str:
