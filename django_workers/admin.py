@@ -1,15 +1,18 @@
-"""The Django admin for tasks and worker processes: read-only pages, cancelling through the API.
+"""The Django admin for tasks, workflows and worker processes: read-only, cancelling via the API.
 
 Every page is scoped by the signed-in user's authority (``web_authority``):
-staff see the tasks they own or watch, holders of ``manage_all_tasks`` see all.
-A task a user may not see is 404, exactly like one that does not exist. No
-page writes a task row: the only change, cancelling, goes through ``cancel_task``.
+staff see the tasks they own or watch and the workflows they own, holders of
+``manage_all_tasks`` see all. A task or workflow a user may not see is 404,
+exactly like one that does not exist. No page writes a task or workflow row:
+the only change, cancelling, goes through ``cancel_task`` or ``cancel_workflow``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,16 +26,29 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_POST, require_safe
 
 from django_workers import clock, operations
 from django_workers.api import cancel_task
-from django_workers.authority import user_id_of
-from django_workers.exceptions import TaskAlreadyFinished, TaskNotFound
+from django_workers.authority import TASK_ID_MAX_LENGTH, user_id_of
+from django_workers.exceptions import (
+    TaskAlreadyFinished,
+    TaskNotFound,
+    WorkflowAlreadyFinished,
+    WorkflowNotFound,
+)
 from django_workers.info import TERMINAL_STATUSES
-from django_workers.models import TaskRecord, WorkerProcess
+from django_workers.models import TaskRecord, WorkerProcess, WorkflowRecord
 from django_workers.stores import default_store
 from django_workers.web_authority import authority_for_user
+from django_workers.workflow_svg import colours, workflow_svg
+from django_workers.workflows import (
+    WorkflowInfo,
+    WorkflowNodeInfo,
+    cancel_workflow,
+    get_workflow_status,
+)
+from django_workers.workflows.handles import STATES as WORKFLOW_STATES
 
 EMPTY = "-"
 
@@ -200,21 +216,16 @@ class TaskRecordAdmin(ReadOnlyAdmin):
     @admin.action(description="Cancel selected tasks")
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
         """Cancel each selected task through cancel_task and report what happened to each."""
-        if request.POST.get("select_across") == "1":
-            ids = list(queryset.values_list("pk", flat=True))
-        else:
-            ids = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
-        cancelled, ended, hidden = _cancel_each(ids, request)
-        if cancelled:
-            self.message_user(request, f"Cancelled: {', '.join(cancelled)}.", messages.SUCCESS)
-        if ended:
-            self.message_user(request, f"Already ended: {', '.join(ended)}.", messages.WARNING)
-        if hidden:
-            self.message_user(
-                request,
-                f"{hidden} selected task(s) not found or not visible to you; nothing was done.",
-                messages.ERROR,
-            )
+        authority = authority_for_user(request.user)
+
+        def cancel(task_id: str) -> str:
+            cancel_task(task_id, authority)
+            return "Cancelled"
+
+        outcomes = _cancel_each(
+            _selected_ids(request, queryset), cancel, TaskNotFound, TaskAlreadyFinished
+        )
+        _report(self, request, outcomes, "task")
 
     # -- columns and fields --
 
@@ -288,22 +299,297 @@ def _cancel(task_id: str, request: HttpRequest) -> tuple[str, int] | None:
     return f"Task {task_id} was cancelled.", messages.SUCCESS
 
 
-def _cancel_each(ids: Iterable[str], request: HttpRequest) -> tuple[list[str], list[str], int]:
-    """Cancel every id: the cancelled ids, the already ended ids, and how many were not visible."""
-    authority = authority_for_user(request.user)
-    cancelled: list[str] = []
-    ended: list[str] = []
-    hidden = 0
-    for task_id in ids:
+@dataclass
+class CancelOutcomes:
+    """What a "Cancel selected" action did: ids by outcome, and how many were not visible."""
+
+    #: The ids cancelled, under the message that reports them ("Cancelled", ...).
+    cancelled: dict[str, list[str]] = field(default_factory=dict)
+    ended: list[str] = field(default_factory=list)
+    hidden: int = 0
+
+
+def _selected_ids(request: HttpRequest, queryset: QuerySet[Any]) -> list[str]:
+    """The ids an action was asked for: the ticked boxes, or every row the user may see."""
+    if request.POST.get("select_across") == "1":
+        return [str(pk) for pk in queryset.values_list("pk", flat=True)]
+    return request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
+
+
+def _cancel_each(
+    ids: Iterable[str],
+    cancel: Callable[[str], str],
+    not_found: type[Exception],
+    ended: type[Exception],
+) -> CancelOutcomes:
+    """Cancel every id through ``cancel`` (which names its outcome); sort out what happened."""
+    outcomes = CancelOutcomes()
+    for object_id in ids:
         try:
-            cancel_task(task_id, authority)
-        except TaskNotFound:
-            hidden += 1
-        except TaskAlreadyFinished:
-            ended.append(task_id)
+            done = cancel(object_id)
+        except not_found:
+            outcomes.hidden += 1
+        except ended:
+            outcomes.ended.append(object_id)
         else:
-            cancelled.append(task_id)
-    return cancelled, ended, hidden
+            outcomes.cancelled.setdefault(done, []).append(object_id)
+    return outcomes
+
+
+def _report(
+    model_admin: admin.ModelAdmin, request: HttpRequest, outcomes: CancelOutcomes, noun: str
+) -> None:
+    """One message per outcome; ids the user may not see are counted, never named."""
+    for done, ids in outcomes.cancelled.items():
+        model_admin.message_user(request, f"{done}: {', '.join(ids)}.", messages.SUCCESS)
+    if outcomes.ended:
+        model_admin.message_user(
+            request, f"Already ended: {', '.join(outcomes.ended)}.", messages.WARNING
+        )
+    if outcomes.hidden:
+        model_admin.message_user(
+            request,
+            f"{outcomes.hidden} selected {noun}(s) not found or not visible to you; "
+            "nothing was done.",
+            messages.ERROR,
+        )
+
+
+# -- workflows ---------------------------------------------------------------------------------
+
+
+def could_be_id(object_id: str) -> bool:
+    """Whether a task or workflow could have this id (checked before it reaches a query)."""
+    return 0 < len(object_id) <= TASK_ID_MAX_LENGTH and object_id.isprintable()
+
+
+def state_badge(state: str) -> str:
+    """A workflow's, node's or undo's state as a small label in its picture's colours."""
+    fill, stroke = colours(state)
+    return format_html(
+        '<span class="dw-state dw-state-{}" style="background:{};border:1px solid {};'
+        'color:#111827;padding:0 6px;border-radius:8px;white-space:nowrap">{}</span>',
+        state,
+        fill,
+        stroke,
+        state,
+    )
+
+
+def node_counts(nodes: Iterable[dict[str, Any]]) -> Counter[str]:
+    """How many of a workflow row's nodes are in each state."""
+    return Counter(str(node.get("status", "")) for node in nodes)
+
+
+#: The states a node can be in, in the order a node goes through them.
+NODE_STATES = ("waiting", "pending", "running", "completed", "failed", "cancelled")
+#: Node states that are ends: a node there never runs again.
+NODE_ENDS = ("completed", "failed", "cancelled")
+
+
+class WorkflowStateFilter(admin.SimpleListFilter):
+    """Every workflow state, whichever the user's workflows happen to be in."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(state, state.replace("_", " ")) for state in WORKFLOW_STATES]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(state=self.value()) if self.value() else queryset
+
+
+@admin.register(WorkflowRecord)
+class WorkflowRecordAdmin(ReadOnlyAdmin):
+    """Workflows the signed-in user may see; a page with the DAG's picture; cancel actions."""
+
+    list_display = (
+        "id",
+        "owner_display",
+        "state_display",
+        "nodes_display",
+        "created_at",
+        "finished_at",
+    )
+    list_filter = (WorkflowStateFilter,)
+    search_fields = ("id", "key", "owner")
+    ordering = ("-created_at", "-id")
+    actions = ("cancel_selected", "cancel_selected_without_undo")
+
+    # -- who sees what --
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return _is_active_staff(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Any staff user may look; get_queryset and get_workflow_status narrow what they see.
+        return _is_active_staff(request)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRecord]:
+        user_id = user_id_of(authority_for_user(request.user))
+        return WorkflowRecord.objects.visible_to(user_id)
+
+    def get_urls(self) -> list[URLPattern]:
+        # The list, a workflow's page and its cancel: nothing adds, edits or deletes one.
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        view = self.admin_site.admin_view
+        return [
+            path("", view(self.changelist_view), name=f"{name}_changelist"),
+            path(
+                "<path:object_id>/cancel/",
+                view(require_POST(self.cancel_view)),
+                name=f"{name}_cancel",
+            ),
+            path(
+                "<path:object_id>/change/",
+                view(require_safe(self.change_view)),
+                name=f"{name}_change",
+            ),
+        ]
+
+    # -- a workflow's page, read through the workflow API --
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The workflow, its DAG's picture and its nodes; 404 when missing or not visible."""
+        info = self._visible_workflow(request, object_id)
+        has_undo = any(node.undo is not None for node in info.nodes)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Workflow {info.id}",
+            "workflow": info,
+            "state": state_badge(info.state),
+            "picture": workflow_svg(info, _task_change_url),
+            "nodes": [_node_row(node) for node in info.nodes],
+            "legend": [state_badge(s) for s in (*NODE_STATES, *(("idle",) if has_undo else ()))],
+            "can_cancel": info.state == "running",
+            # Without undo steps to skip, "without undo" would be the same button twice.
+            "offers_no_undo": has_undo and info.undo_on_cancel,
+            "has_undo": has_undo,
+            **(extra_context or {}),
+        }
+        return TemplateResponse(
+            request, "admin/django_workers/workflowrecord/change_form.html", context
+        )
+
+    def _visible_workflow(self, request: HttpRequest, object_id: str) -> WorkflowInfo:
+        """The workflow, or 404 when it is missing or not visible (the two look alike)."""
+        workflow_id = unquote(object_id)
+        if not self.has_view_permission(request) or not could_be_id(workflow_id):
+            raise Http404
+        try:
+            return get_workflow_status(workflow_id, authority_for_user(request.user))
+        except WorkflowNotFound:
+            raise Http404 from None
+
+    # -- cancelling, through the workflow API --
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Cancel one workflow as the user (``undo=false`` skips compensation); report it."""
+        info = self._visible_workflow(request, object_id)
+        undo = False if request.POST.get("undo") == "false" else None
+        try:
+            after = cancel_workflow(info.id, authority_for_user(request.user), undo=undo)
+        except WorkflowNotFound:
+            raise Http404 from None
+        except WorkflowAlreadyFinished as e:
+            self.message_user(
+                request, f"Workflow {info.id} has already ended ({e}).", messages.WARNING
+            )
+        else:
+            self.message_user(request, _cancelled_message(after, undo), messages.SUCCESS)
+        opts = self.opts
+        return HttpResponseRedirect(
+            reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(info.id)])
+        )
+
+    @admin.action(description="Cancel selected workflows (undo completed steps as submitted)")
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[WorkflowRecord]) -> None:
+        """Cancel each selected workflow, compensating as it was submitted; report each."""
+        self._cancel_selected(request, queryset, None)
+
+    @admin.action(description="Cancel selected workflows without undo")
+    def cancel_selected_without_undo(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRecord]
+    ) -> None:
+        """Cancel each selected workflow and run none of its undo steps; report each."""
+        self._cancel_selected(request, queryset, False)
+
+    def _cancel_selected(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRecord], undo: bool | None
+    ) -> None:
+        authority = authority_for_user(request.user)
+
+        def cancel(workflow_id: str) -> str:
+            if not could_be_id(workflow_id):
+                raise WorkflowNotFound(workflow_id)
+            after = cancel_workflow(workflow_id, authority, undo=undo)
+            if after.state == "compensating":
+                return "Cancelled, undoing their completed steps"
+            return "Cancelled" if undo is None else "Cancelled without undo"
+
+        outcomes = _cancel_each(
+            _selected_ids(request, queryset), cancel, WorkflowNotFound, WorkflowAlreadyFinished
+        )
+        _report(self, request, outcomes, "workflow")
+
+    # -- columns --
+
+    @admin.display(description="owner", ordering="owner")
+    def owner_display(self, workflow: WorkflowRecord) -> str:
+        return workflow.owner if workflow.owner is not None else "(system)"
+
+    @admin.display(description="state", ordering="state")
+    def state_display(self, workflow: WorkflowRecord) -> str:
+        return state_badge(workflow.state)
+
+    @admin.display(description="nodes")
+    def nodes_display(self, workflow: WorkflowRecord) -> str:
+        counts = node_counts(workflow.nodes)
+        total = sum(counts.values())
+        ended = sum(counts[state] for state in NODE_ENDS)
+        detail = ", ".join(f"{counts[state]} {state}" for state in NODE_STATES if counts[state])
+        return format_html(
+            '<progress class="dw-nodes" value="{}" max="{}" title="{}"></progress> {}/{} ended'
+            ' <span class="quiet">({})</span>',
+            ended,
+            total,
+            detail,
+            ended,
+            total,
+            detail,
+        )
+
+
+def _task_change_url(task_id: str) -> str:
+    return reverse("admin:django_workers_taskrecord_change", args=[quote(task_id)])
+
+
+def _node_row(node: WorkflowNodeInfo) -> dict[str, Any]:
+    """What the node table shows of one node: its fields, its state's badge, its links."""
+    undo = node.undo
+    return {
+        "node": node,
+        "state": state_badge(node.state),
+        "task_url": _task_change_url(node.task_id),
+        "undo_state": state_badge(undo.state) if undo else "",
+        "undo_url": _task_change_url(undo.task_id) if undo and undo.task_id else None,
+    }
+
+
+def _cancelled_message(info: WorkflowInfo, undo: bool | None) -> str:
+    if info.state == "compensating":
+        return f"Workflow {info.id} was cancelled; its completed steps are being undone."
+    if undo is False:
+        return f"Workflow {info.id} was cancelled without undo."
+    return f"Workflow {info.id} was cancelled."
 
 
 @admin.register(WorkerProcess)
