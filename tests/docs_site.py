@@ -93,8 +93,9 @@ def docs_site(
 
 
 def _forget_everything() -> None:
-    from django_workers.models import TaskRecord, TaskWatcher, WorkerProcess
+    from django_workers.models import TaskRecord, TaskWatcher, WorkerProcess, WorkflowRecord
 
     TaskWatcher.objects.all().delete()
     TaskRecord.objects.all().delete()
+    WorkflowRecord.objects.all().delete()
     WorkerProcess.objects.all().delete()
