@@ -21,7 +21,7 @@ from django_workers import (
     get_task_status,
     submit_task,
 )
-from django_workers.admin import format_seconds, progress_bar, task_duration
+from django_workers.admin.tasks import format_seconds, progress_bar, task_duration
 from django_workers.authority import owner_of
 from django_workers.models import TaskRecord, WorkerProcess
 from django_workers.stores import default_store

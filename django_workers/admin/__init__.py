@@ -1,0 +1,15 @@
+"""The Django admin for tasks, workflows and worker processes: read-only, cancelling via the API.
+
+Every page is scoped by the signed-in user's authority (``web_authority``):
+staff see the tasks they own or watch and the workflows they own, holders of
+``manage_all_tasks`` see all. A task or workflow a user may not see is 404,
+exactly like one that does not exist. No page writes a task or workflow row:
+the only change, cancelling, goes through ``cancel_task`` or ``cancel_workflow``.
+"""
+
+from __future__ import annotations
+
+# Importing the page modules registers them with the admin site.
+from django_workers.admin import tasks, workers, workflows
+
+__all__ = ["tasks", "workers", "workflows"]

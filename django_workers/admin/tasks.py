@@ -1,0 +1,260 @@
+"""The task pages: a scoped list with progress bars, a read-only page, cancelling by cancel_task."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST
+
+from django_workers import clock
+from django_workers.admin.base import (
+    EMPTY,
+    ReadOnlyAdmin,
+    cancel_each,
+    is_active_staff,
+    report,
+    selected_ids,
+)
+from django_workers.api import cancel_task
+from django_workers.authority import user_id_of
+from django_workers.exceptions import TaskAlreadyFinished, TaskNotFound
+from django_workers.info import TERMINAL_STATUSES
+from django_workers.models import TaskRecord
+from django_workers.web_authority import authority_for_user
+
+#: The task page, every field read-only: (heading, fields) in the order shown.
+FIELD_GROUPS: tuple[tuple[str | None, tuple[str, ...]], ...] = (
+    (None, ("id", "key", "owner_display", "scope", "watchers_display")),
+    (
+        "Run",
+        (
+            "status",
+            "progress_display",
+            "attempts",
+            "cancel_reason",
+            "created_at",
+            "run_after",
+            "started_at",
+            "finished_at",
+            "duration_display",
+            "worker_id",
+            "run_id",
+        ),
+    ),
+    ("Call", ("task_path", "args_display", "kwargs_display", "queue", "priority")),
+    ("Options", ("options_display",)),
+    ("Outcome", ("result_display", "error_display", "errors_display")),
+    ("Workflow", ("workflow", "node")),
+)
+READ_ONLY_FIELDS = [field for _name, fields in FIELD_GROUPS for field in fields]
+
+
+def format_seconds(seconds: float) -> str:
+    """A short human duration: "850 ms", "4.2 s", "3 min 5 s", "2 h 10 min"."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+def task_duration(started_at: datetime | None, finished_at: datetime | None) -> timedelta | None:
+    """How long a run took, or has been running for; None before it starts."""
+    if started_at is None:
+        return None
+    return (finished_at or clock.now()) - started_at
+
+
+def progress_bar(progress: float) -> str:
+    """A small bar for a 0-100 progress, with the figure beside it."""
+    pct = max(0.0, min(100.0, progress))
+    return format_html(
+        '<progress class="dw-progress" value="{}" max="100" title="{}%">{}%</progress> {}%',
+        f"{pct:g}",
+        f"{pct:g}",
+        f"{pct:g}",
+        f"{pct:.0f}",
+    )
+
+
+def pretty_json(value: Any) -> str:
+    """JSON shown as indented, escaped text."""
+    if value is None:
+        return EMPTY
+    return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+@admin.register(TaskRecord)
+class TaskRecordAdmin(ReadOnlyAdmin):
+    """Tasks the signed-in user may see; a Cancel button and a "Cancel selected" action."""
+
+    list_display = (
+        "id",
+        "owner_display",
+        "queue",
+        "status",
+        "progress_display",
+        "attempts",
+        "duration_display",
+        "created_at",
+    )
+    list_filter = ("status", "queue")
+    search_fields = ("id", "key", "owner")
+    ordering = ("-created_at", "-id")
+    actions = ("cancel_selected",)
+    fieldsets = [(name, {"fields": fields}) for name, fields in FIELD_GROUPS]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return list(READ_ONLY_FIELDS)
+
+    # -- who sees what --
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return is_active_staff(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Any staff user may look; get_queryset narrows what they see.
+        return is_active_staff(request)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[TaskRecord]:
+        user_id = user_id_of(authority_for_user(request.user))
+        return TaskRecord.objects.visible_to(user_id)
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        task = self._visible_task(request, object_id)
+        context = {**(extra_context or {}), "can_cancel": task.status not in TERMINAL_STATUSES}
+        return super().change_view(request, object_id, form_url, context)
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        self._visible_task(request, object_id)
+        return super().history_view(request, object_id, extra_context)
+
+    def _visible_task(self, request: HttpRequest, object_id: str) -> TaskRecord:
+        """The task, or 404 when it is missing or not visible (the two look alike)."""
+        return get_object_or_404(self.get_queryset(request), pk=unquote(object_id))
+
+    # -- cancelling, through the public API --
+
+    def get_urls(self) -> list[URLPattern]:
+        opts = self.opts
+        cancel = path(
+            "<path:object_id>/cancel/",
+            self.admin_site.admin_view(require_POST(self.cancel_view)),
+            name=f"{opts.app_label}_{opts.model_name}_cancel",
+        )
+        return [cancel, *super().get_urls()]
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Cancel one task with the user's authority; report and go back to its page."""
+        if not self.has_view_permission(request):
+            raise Http404
+        task_id = unquote(object_id)
+        outcome = _cancel(task_id, request)
+        if outcome is None:
+            raise Http404
+        self.message_user(request, *outcome)
+        opts = self.opts
+        return HttpResponseRedirect(
+            reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(task_id)])
+        )
+
+    @admin.action(description="Cancel selected tasks")
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
+        """Cancel each selected task through cancel_task and report what happened to each."""
+        authority = authority_for_user(request.user)
+
+        def cancel(task_id: str) -> str:
+            cancel_task(task_id, authority)
+            return "Cancelled"
+
+        outcomes = cancel_each(
+            selected_ids(request, queryset), cancel, TaskNotFound, TaskAlreadyFinished
+        )
+        report(self, request, outcomes, "task")
+
+    # -- columns and fields --
+
+    @admin.display(description="owner", ordering="owner")
+    def owner_display(self, task: TaskRecord) -> str:
+        return task.owner if task.owner is not None else "(global)"
+
+    @admin.display(description="progress", ordering="progress")
+    def progress_display(self, task: TaskRecord) -> str:
+        return progress_bar(task.progress)
+
+    @admin.display(description="duration")
+    def duration_display(self, task: TaskRecord) -> str:
+        elapsed = task_duration(task.started_at, task.finished_at)
+        return EMPTY if elapsed is None else format_seconds(elapsed.total_seconds())
+
+    @admin.display(description="watchers")
+    def watchers_display(self, task: TaskRecord) -> str:
+        return ", ".join(task.watcher_rows.order_by("user_id").values_list("user_id", flat=True))
+
+    @admin.display(description="args")
+    def args_display(self, task: TaskRecord) -> str:
+        return pretty_json(task.args)
+
+    @admin.display(description="kwargs")
+    def kwargs_display(self, task: TaskRecord) -> str:
+        return pretty_json(task.kwargs)
+
+    @admin.display(description="options")
+    def options_display(self, task: TaskRecord) -> str:
+        return pretty_json(task.options)
+
+    @admin.display(description="result")
+    def result_display(self, task: TaskRecord) -> str:
+        return pretty_json(task.result)
+
+    @admin.display(description="error")
+    def error_display(self, task: TaskRecord) -> str:
+        return _failure_html(task.error)
+
+    @admin.display(description="earlier attempts' errors")
+    def errors_display(self, task: TaskRecord) -> str:
+        failures = [_failure_html(e) for e in task.errors or []]
+        return format_html("{}", "".join(failures)) if failures else EMPTY
+
+
+def _failure_html(error: dict[str, str] | None) -> str:
+    if not error:
+        return EMPTY
+    return format_html(
+        "<strong>{}</strong>: {}<pre>{}</pre>",
+        error.get("type", ""),
+        error.get("message", ""),
+        error.get("traceback", ""),
+    )
+
+
+def _cancel(task_id: str, request: HttpRequest) -> tuple[str, int] | None:
+    """Cancel as the signed-in user: (message, level), or None when the task is not visible."""
+    try:
+        cancel_task(task_id, authority_for_user(request.user))
+    except TaskNotFound:
+        return None
+    except TaskAlreadyFinished as e:
+        return f"Task {task_id} has already ended ({e}).", messages.WARNING
+    return f"Task {task_id} was cancelled.", messages.SUCCESS
