@@ -179,9 +179,7 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
         except WorkflowNotFound:
             raise Http404 from None
         except WorkflowAlreadyFinished as e:
-            self.message_user(
-                request, f"Workflow {info.id} has already ended ({e}).", messages.WARNING
-            )
+            self.message_user(request, _not_running_message(e), messages.WARNING)
         else:
             self.message_user(request, _cancelled_message(after, undo), messages.SUCCESS)
         opts = self.opts
@@ -269,3 +267,10 @@ def _cancelled_message(info: WorkflowInfo, undo: bool | None) -> str:
     if undo is False:
         return f"Workflow {info.id} was cancelled without undo."
     return f"Workflow {info.id} was cancelled."
+
+
+def _not_running_message(refusal: WorkflowAlreadyFinished) -> str:
+    workflow_id, state = refusal.workflow_id, refusal.state
+    if state == "compensating":
+        return f"Workflow {workflow_id} is already being undone; nothing was cancelled."
+    return f"Workflow {workflow_id} has already ended ({state}); nothing was cancelled."

@@ -297,8 +297,16 @@ def test_cancel_needs_post_and_csrf(world: World) -> None:
 
 def test_cancel_of_an_ended_workflow_reports_it(world: World) -> None:
     response = world.client("owner").post(cancel_url(world.done), follow=True)
-    assert "has already ended" in response.content.decode()
+    assert f"Workflow {world.done} has already ended (completed)" in response.content.decode()
     assert now(world.done).state == "completed"
+
+
+def test_cancel_of_a_compensating_workflow_reports_it(world: World) -> None:
+    client = world.client("owner")
+    client.post(cancel_url(world.live))
+    response = client.post(cancel_url(world.live), {"undo": "false"}, follow=True)
+    assert f"Workflow {world.live} is already being undone" in response.content.decode()
+    assert now(world.live).state == "compensating"
 
 
 # -- the cancel actions ------------------------------------------------------------------------
