@@ -92,5 +92,5 @@ def report(
 
 
 def could_be_id(object_id: str) -> bool:
-    """Whether a task or workflow could have this id (checked before it reaches a query)."""
+    """Whether a task or workflow could have this id; a NUL would reach PostgreSQL as an error."""
     return 0 < len(object_id) <= TASK_ID_MAX_LENGTH and object_id.isprintable()

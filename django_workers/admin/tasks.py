@@ -20,6 +20,7 @@ from django_workers.admin.base import (
     EMPTY,
     ReadOnlyAdmin,
     cancel_each,
+    could_be_id,
     is_active_staff,
     report,
     selected_ids,
@@ -152,7 +153,10 @@ class TaskRecordAdmin(ReadOnlyAdmin):
 
     def _visible_task(self, request: HttpRequest, object_id: str) -> TaskRecord:
         """The task, or 404 when it is missing or not visible (the two look alike)."""
-        return get_object_or_404(self.get_queryset(request), pk=unquote(object_id))
+        task_id = unquote(object_id)
+        if not could_be_id(task_id):
+            raise Http404
+        return get_object_or_404(self.get_queryset(request), pk=task_id)
 
     # -- cancelling, through the public API --
 
@@ -167,9 +171,9 @@ class TaskRecordAdmin(ReadOnlyAdmin):
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Cancel one task with the user's authority; report and go back to its page."""
-        if not self.has_view_permission(request):
-            raise Http404
         task_id = unquote(object_id)
+        if not self.has_view_permission(request) or not could_be_id(task_id):
+            raise Http404
         outcome = _cancel(task_id, request)
         if outcome is None:
             raise Http404
@@ -185,6 +189,8 @@ class TaskRecordAdmin(ReadOnlyAdmin):
         authority = authority_for_user(request.user)
 
         def cancel(task_id: str) -> str:
+            if not could_be_id(task_id):
+                raise TaskNotFound(task_id)
             cancel_task(task_id, authority)
             return "Cancelled"
 
