@@ -1,4 +1,4 @@
-"""The task REST API: DRF views over the public task API, scoped by ``request.user``.
+"""The REST API: DRF views over the public task and workflow API, scoped by ``request.user``.
 
 Mount it with ``path("workers/", include("django_workers.urls"))``; DRF is
 imported only inside this package.

@@ -45,13 +45,16 @@ HTTP_STATUS: dict[type[workers.WorkersError], int] = {
     workers.WorkersError: status.HTTP_500_INTERNAL_SERVER_ERROR,
 }
 
-#: A hidden task and a missing one get this same detail, which never echoes the id.
+#: A hidden task or workflow and a missing one get this same detail, which never echoes the id.
 NOT_FOUND_DETAIL = {
     workers.TaskNotFound: (
         "No task with this id is visible to you. Check the id returned by submit_task "
         "(it is not the key) and that you own or watch the task."
     ),
-    workers.WorkflowNotFound: "No workflow with this id is visible to you.",
+    workers.WorkflowNotFound: (
+        "No workflow with this id is visible to you. Check the id (a user's workflow is "
+        "<user id>::<key>; a bare key names your own) and that the workflow is yours."
+    ),
 }
 
 #: Query parameters that fail validation are refused like bad paging given to the task API.

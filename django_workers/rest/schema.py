@@ -24,7 +24,7 @@ class WorkersSchema(AutoSchema):
 
 SETTINGS = {
     "TITLE": "django-workers",
-    "DESCRIPTION": "Background tasks of the signed-in user: list, read and cancel.",
+    "DESCRIPTION": "Background tasks and workflows of the signed-in user: list, read and cancel.",
     "VERSION": "1",
     "OAS_VERSION": "3.1.0",
     "PREPROCESSING_HOOKS": ["django_workers.rest.schema.only_workers_routes"],

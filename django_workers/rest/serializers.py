@@ -1,4 +1,4 @@
-"""JSON shapes of the API: a task snapshot, the list page, its query, an error."""
+"""JSON shapes of the API: task and workflow snapshots, list pages, their queries, an error."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ from django_workers.authority import SCOPES
 from django_workers.cancellation import CancelReason
 from django_workers.info import TaskStatus
 from django_workers.submission import QUEUE_MAX_LENGTH
+from django_workers.workflows.handles import STATES as WORKFLOW_STATES
+from django_workers.workflows.machine import NodeStatus, UndoStatus
 
 #: The deepest page a list may ask for; paging further is a scan, not a lookup.
 MAX_OFFSET = 10_000
@@ -68,6 +70,88 @@ class TaskListQuerySerializer(serializers.Serializer):
     )
     offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
     limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
+
+
+class UndoSerializer(serializers.Serializer):
+    """A node's compensation step; its task id is null until the undo is queued."""
+
+    state = serializers.ChoiceField(choices=list(UndoStatus), read_only=True)
+    task_path = serializers.CharField(read_only=True)
+    queue = serializers.CharField(read_only=True)
+    task_id = serializers.CharField(read_only=True, allow_null=True)
+    reason = serializers.CharField(read_only=True, allow_null=True)
+
+
+class WorkflowNodeSerializer(serializers.Serializer):
+    """One node: its state, dependencies and task; the size of its result, never the result."""
+
+    name = serializers.CharField(read_only=True)
+    state = serializers.ChoiceField(choices=list(NodeStatus), read_only=True)
+    deps = serializers.ListField(child=serializers.CharField(), read_only=True)
+    always = serializers.BooleanField(read_only=True)
+    queue = serializers.CharField(read_only=True)
+    task_id = serializers.CharField(read_only=True)
+    reason = serializers.CharField(read_only=True, allow_null=True)
+    result_size = serializers.IntegerField(read_only=True, allow_null=True)
+    undo = UndoSerializer(read_only=True, allow_null=True)
+
+
+class WorkflowSerializer(serializers.Serializer):
+    """A ``WorkflowInfo`` snapshot, its nodes in the order they were added."""
+
+    id = serializers.CharField(read_only=True)
+    key = serializers.CharField(read_only=True)
+    owner = serializers.CharField(read_only=True, allow_null=True)
+    state = serializers.ChoiceField(choices=WORKFLOW_STATES, read_only=True)
+    fail_fast = serializers.BooleanField(read_only=True)
+    undo_on_cancel = serializers.BooleanField(read_only=True)
+    plan_hash = serializers.CharField(read_only=True)
+    created_at = serializers.DateTimeField(read_only=True)
+    finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    nodes = WorkflowNodeSerializer(many=True, read_only=True)
+
+
+class WorkflowPageSerializer(serializers.Serializer):
+    """One page of the caller's workflows, newest first, and the paging that chose it."""
+
+    offset = serializers.IntegerField(read_only=True)
+    limit = serializers.IntegerField(read_only=True)
+    results = WorkflowSerializer(many=True, read_only=True)
+
+
+class WorkflowListQuerySerializer(serializers.Serializer):
+    """The workflow list's query parameters; an unknown state or an out-of-range page is refused."""
+
+    state = serializers.ChoiceField(choices=WORKFLOW_STATES, required=False)
+    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
+    limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
+
+
+#: Why ``undo=true`` is refused: a cancel may drop the compensation chosen at submit, never add it.
+UNDO_ONLY_NARROWS = (
+    "undo=true is refused: a cancel may only narrow the undo_on_cancel the workflow was "
+    "submitted with. Leave undo out to compensate as submitted, or send undo=false to "
+    "cancel without compensation."
+)
+
+
+class WorkflowCancelQuerySerializer(serializers.Serializer):
+    """The cancel's one parameter: ``undo=false`` skips compensation; absent keeps the default."""
+
+    # allow_null makes an absent or empty value None, not the False of an unticked checkbox.
+    undo = serializers.BooleanField(
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="false: cancel without running any undo step. Leave it out to compensate as "
+        "the workflow was submitted (its undo_on_cancel). true is refused (400): a cancel may "
+        "only narrow what the workflow was submitted with.",
+    )
+
+    def validate_undo(self, undo: bool | None) -> bool | None:
+        if undo is True:
+            raise serializers.ValidationError(UNDO_ONLY_NARROWS)
+        return undo
 
 
 class ErrorSerializer(serializers.Serializer):

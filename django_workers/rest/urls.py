@@ -1,7 +1,7 @@
-"""The task routes, each with or without a trailing slash, and the schema.
+"""The task and workflow routes, each with or without a trailing slash, and the schema.
 
 A key may hold ``/``, so an id is matched as "anything" (a newline too, so that
-the task API refuses it as a bad id rather than the URL resolver); the cancel route is
+the API refuses it as a bad id rather than the URL resolver); each cancel route is
 tried first and takes the longest id, so ``<id>/actions/cancel`` always
 cancels ``<id>``.
 """
@@ -23,5 +23,16 @@ urlpatterns = [
         name="task-cancel",
     ),
     re_path(r"^tasks/(?P<task_id>(?s:.+?))/?$", views.TaskDetailView.as_view(), name="task-detail"),
+    re_path(r"^workflows/?$", views.WorkflowListView.as_view(), name="workflow-list"),
+    re_path(
+        r"^workflows/(?P<workflow_id>(?s:.+))/actions/cancel/?$",
+        views.WorkflowCancelView.as_view(),
+        name="workflow-cancel",
+    ),
+    re_path(
+        r"^workflows/(?P<workflow_id>(?s:.+?))/?$",
+        views.WorkflowDetailView.as_view(),
+        name="workflow-detail",
+    ),
     re_path(r"^schema/?$", schema_view(), name="schema"),
 ]

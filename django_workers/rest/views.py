@@ -1,8 +1,9 @@
-"""The task routes: list, read and cancel, each a call of the public task API.
+"""The task and workflow routes: list, read and cancel, each a call of the public API.
 
-A view never reads a model: ``get_all_tasks``, ``get_task_status`` and
-``cancel_task`` scope every answer to the caller's authority, so a task the
-caller may not see is ``TaskNotFound``, answered like a missing id.
+A view never reads a model: ``get_all_tasks``, ``get_task_status``,
+``cancel_task`` and their workflow twins scope every answer to the caller's
+authority, so a task or workflow the caller may not see is ``TaskNotFound`` or
+``WorkflowNotFound``, answered like a missing id.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from django_workers.api import cancel_task, get_all_tasks, get_task_status
-from django_workers.authority import Authority
+from django_workers.authority import TASK_ID_MAX_LENGTH, Authority
+from django_workers.exceptions import InvalidTaskKey
 from django_workers.info import TaskInfo
 from django_workers.rest.errors import exception_handler
 from django_workers.rest.permissions import IsActiveUser
@@ -27,8 +29,18 @@ from django_workers.rest.serializers import (
     TaskListQuerySerializer,
     TaskPageSerializer,
     TaskSerializer,
+    WorkflowCancelQuerySerializer,
+    WorkflowListQuerySerializer,
+    WorkflowPageSerializer,
+    WorkflowSerializer,
 )
 from django_workers.web_authority import authority_for_user
+from django_workers.workflows import (
+    WorkflowInfo,
+    cancel_workflow,
+    get_all_workflows,
+    get_workflow_status,
+)
 
 #: What follows a task id in the cancel route; an id may itself end this way.
 CANCEL_SUFFIX = "/actions/cancel"
@@ -44,6 +56,17 @@ TASK_ID = OpenApiParameter(
     ),
 )
 
+WORKFLOW_ID = OpenApiParameter(
+    "workflow_id",
+    str,
+    OpenApiParameter.PATH,
+    description=(
+        "The workflow's id: `<user id>::<key>` for a user's workflow (percent-encode the `::` "
+        "or send it as it is), the key itself for a System() workflow. A bare key names the "
+        "caller's own workflow."
+    ),
+)
+
 
 def _error(description: str) -> OpenApiResponse:
     return OpenApiResponse(ErrorSerializer, description=description)
@@ -55,6 +78,10 @@ UNAUTHENTICATED = {
 }
 HIDDEN = {404: _error("No such task, or one the caller may not see: the two answers are the same.")}
 BAD_ID = {400: _error("The id cannot be a task id (too long, or a control character).")}
+HIDDEN_WORKFLOW = {
+    404: _error("No such workflow, or one the caller may not see: the two answers are the same.")
+}
+BAD_WORKFLOW_ID = _error("The id cannot be a workflow id (too long, or a control character).")
 
 
 class WorkersAPIView(APIView):
@@ -151,3 +178,98 @@ class TaskCancelView(WorkersAPIView):
     def get(self, request: Request, task_id: str) -> Response:
         # GET never cancels: this path names a task whose id ends in "/actions/cancel".
         return task_answer(get_task_status(task_id + CANCEL_SUFFIX, self.authority()))
+
+
+# -- workflows ---------------------------------------------------------------------------------
+
+
+def workflow_answer(info: WorkflowInfo) -> Response:
+    """A workflow snapshot as JSON."""
+    return Response(WorkflowSerializer(info).data)
+
+
+def checked_workflow_id(workflow_id: str) -> str:
+    """The id from the path, refused before any query if no workflow could have it."""
+    # A NUL would reach PostgreSQL as an error rather than as "no such workflow".
+    if len(workflow_id) > TASK_ID_MAX_LENGTH or not workflow_id.isprintable():
+        raise InvalidTaskKey(
+            f"A workflow id is at most {TASK_ID_MAX_LENGTH} printable characters; got "
+            f"{len(workflow_id)} characters"
+            f"{'' if workflow_id.isprintable() else ' with a control one'}."
+        )
+    return workflow_id
+
+
+@extend_schema(
+    tags=["workflows"],
+    summary="List the caller's workflows, newest first",
+    parameters=[WorkflowListQuerySerializer],
+    responses={
+        200: WorkflowPageSerializer,
+        400: _error("An unknown state, or offset/limit out of range."),
+        **UNAUTHENTICATED,
+    },
+)
+class WorkflowListView(WorkersAPIView):
+    """The workflows the caller owns (every workflow for a privileged user)."""
+
+    operation_id = "workflows_list"
+
+    def get(self, request: Request) -> Response:
+        query = WorkflowListQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        workflows = get_all_workflows(self.authority(), **query.validated_data)
+        page = {**query.validated_data, "results": workflows}
+        return Response(WorkflowPageSerializer(page).data)
+
+
+@extend_schema(
+    tags=["workflows"],
+    summary="Read one workflow and its nodes",
+    parameters=[WORKFLOW_ID],
+    responses={
+        200: WorkflowSerializer,
+        400: BAD_WORKFLOW_ID,
+        **UNAUTHENTICATED,
+        **HIDDEN_WORKFLOW,
+    },
+)
+class WorkflowDetailView(WorkersAPIView):
+    """One workflow the caller may see."""
+
+    operation_id = "workflows_retrieve"
+
+    def get(self, request: Request, workflow_id: str) -> Response:
+        info = get_workflow_status(checked_workflow_id(workflow_id), self.authority())
+        return workflow_answer(info)
+
+
+@extend_schema(
+    tags=["workflows"],
+    summary="Cancel a workflow",
+    description="Answers the workflow's new snapshot. Waiting nodes are cancelled, queued "
+    "ones never start, running ones are told to stop. Completed steps are undone as the "
+    "workflow was submitted (its `undo_on_cancel`) unless `undo=false`; the state is then "
+    "`compensating` until the undo steps have run.",
+    parameters=[WORKFLOW_ID, WorkflowCancelQuerySerializer],
+    request=None,
+    responses={
+        200: WorkflowSerializer,
+        400: _error("undo=true, an undo value that is not a boolean, or a bad id."),
+        **UNAUTHENTICATED,
+        **HIDDEN_WORKFLOW,
+        409: _error("The workflow is no longer running (it ended, or it is compensating)."),
+    },
+)
+class WorkflowCancelView(WorkersAPIView):
+    """Cancel a running workflow the caller may see; ``undo`` may only narrow the default."""
+
+    operation_id = "workflows_cancel"
+
+    def patch(self, request: Request, workflow_id: str) -> Response:
+        query = WorkflowCancelQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        info = cancel_workflow(
+            checked_workflow_id(workflow_id), self.authority(), undo=query.validated_data["undo"]
+        )
+        return workflow_answer(info)

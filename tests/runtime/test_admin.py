@@ -21,7 +21,7 @@ from django_workers import (
     get_task_status,
     submit_task,
 )
-from django_workers.admin import format_seconds, progress_bar, task_duration
+from django_workers.admin.tasks import format_seconds, progress_bar, task_duration
 from django_workers.authority import owner_of
 from django_workers.models import TaskRecord, WorkerProcess
 from django_workers.stores import default_store
@@ -234,6 +234,16 @@ def test_cancel_button_on_an_ended_task_reports_it(world: World) -> None:
 
 def test_cancel_button_for_a_missing_task_is_404(world: World) -> None:
     assert world.client("superuser").post(cancel_url("nobody::nothing")).status_code == 404
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "a\nb", "x" * 300], ids=["nul", "newline", "long"])
+def test_an_id_no_task_could_have_is_404_or_counted_as_not_visible(world: World, bad: str) -> None:
+    client = world.client("superuser")
+    assert client.get(change_url(bad)).status_code == 404
+    assert client.get(change_url(bad).replace("/change/", "/history/")).status_code == 404
+    assert client.post(cancel_url(bad)).status_code == 404
+    notes = _cancel_selected(client, [bad])
+    assert notes == ["1 selected task(s) not found or not visible to you; nothing was done."]
 
 
 # -- the "Cancel selected" action --------------------------------------------------------------

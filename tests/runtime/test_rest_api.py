@@ -1,4 +1,8 @@
-"""The task REST API: who sees and cancels what, bad input, paging, and the schema."""
+"""The task REST API: who sees and cancels what, bad input, paging; the schema of every route.
+
+The workflow routes have their own module (``test_rest_workflows``); their answers
+are checked against the schema here, with the task routes'.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ from django_workers import Owner, System, exceptions, get_task_status, submit_ta
 from django_workers.authority import TASK_ID_MAX_LENGTH
 from django_workers.rest.errors import HTTP_STATUS, NOT_FOUND_DETAIL, status_of
 from django_workers.testing import run_tasks
-from tests.tasks import add
+from django_workers.workflows import Workflow
+from tests.tasks import add, noop
 
 pytestmark = pytest.mark.django_db
 
@@ -364,21 +369,45 @@ def schema() -> dict[str, Any]:
     return json.loads(response.content)
 
 
-def test_the_schema_describes_the_task_routes_only(schema):
+def test_the_schema_describes_this_apps_routes_only(schema):
     assert schema["openapi"].startswith("3.")
     assert {(path, method) for path, item in schema["paths"].items() for method in item} == {
         ("/workers/tasks/", "get"),
         ("/workers/tasks/{task_id}/", "get"),
         ("/workers/tasks/{task_id}/actions/cancel/", "patch"),
+        ("/workers/workflows/", "get"),
+        ("/workers/workflows/{workflow_id}/", "get"),
+        ("/workers/workflows/{workflow_id}/actions/cancel/", "patch"),
     }
+
+
+def _workflows(user: User) -> tuple[str, str]:
+    """A running workflow of ``user`` whose first node completed, and a finished one."""
+    live = Workflow("order-1", Owner.for_user(user))
+    charge = live.add("charge", add, args=[1, 2], queue="pay").undo(noop)
+    live.add("ship", add, args=[3, 4], queue="ship").after(charge)
+    done = Workflow("order-2", Owner.for_user(user))
+    done.add("charge", add, args=[5, 6], queue="pay")
+    ids = live.submit().id, done.submit().id
+    run_tasks(queues=["pay"])
+    return ids
+
+
+WORKFLOWS = "/workers/workflows/"
 
 
 def test_every_documented_answer_of_every_route_validates_against_the_schema(
     schema, users, task_id, done_id
 ):
     owner, anonymous = client_for(users["owner"]), client_for(None)
+    stranger = client_for(users["stranger"])
+    flow_id, ended_flow_id = _workflows(users["owner"])
+    flow = f"{WORKFLOWS}{quote(flow_id, safe='')}/"
+    ended_flow = f"{WORKFLOWS}{quote(ended_flow_id, safe='')}/"
     list_path, detail_path = "/workers/tasks/", "/workers/tasks/{task_id}/"
     cancel_path = "/workers/tasks/{task_id}/actions/cancel/"
+    flows_path, flow_path = WORKFLOWS, "/workers/workflows/{workflow_id}/"
+    flow_cancel_path = "/workers/workflows/{workflow_id}/actions/cancel/"
     with override_settings(
         REST_FRAMEWORK={
             "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.BasicAuthentication"]
@@ -388,6 +417,9 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
             (list_path, "get", anonymous.get(API)),
             (detail_path, "get", anonymous.get(url(task_id))),
             (cancel_path, "patch", anonymous.patch(url(task_id, "actions/cancel"))),
+            (flows_path, "get", anonymous.get(WORKFLOWS)),
+            (flow_path, "get", anonymous.get(flow)),
+            (flow_cancel_path, "patch", anonymous.patch(f"{flow}actions/cancel")),
         ]
     answers = [
         *asked_for_credentials,
@@ -398,12 +430,26 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
         (detail_path, "get", owner.get(url(done_id))),
         (detail_path, "get", owner.get(f"{API}1::a%00/")),
         (detail_path, "get", anonymous.get(url(task_id))),
-        (detail_path, "get", client_for(users["stranger"]).get(url(task_id))),
+        (detail_path, "get", stranger.get(url(task_id))),
         (cancel_path, "patch", owner.patch(url(task_id, "actions/cancel"))),
         (cancel_path, "patch", owner.patch(f"{API}1::a%00/actions/cancel")),
         (cancel_path, "patch", anonymous.patch(url(task_id, "actions/cancel"))),
-        (cancel_path, "patch", client_for(users["stranger"]).patch(url(task_id, "actions/cancel"))),
+        (cancel_path, "patch", stranger.patch(url(task_id, "actions/cancel"))),
         (cancel_path, "patch", owner.patch(url(done_id, "actions/cancel"))),
+        (flows_path, "get", owner.get(WORKFLOWS)),
+        (flows_path, "get", owner.get(WORKFLOWS, {"state": "RUNNING"})),
+        (flows_path, "get", anonymous.get(WORKFLOWS)),
+        (flow_path, "get", owner.get(flow)),
+        (flow_path, "get", owner.get(ended_flow)),
+        (flow_path, "get", owner.get(f"{WORKFLOWS}1::a%00/")),
+        (flow_path, "get", anonymous.get(flow)),
+        (flow_path, "get", stranger.get(flow)),
+        (flow_cancel_path, "patch", owner.patch(f"{flow}actions/cancel?undo=true")),
+        (flow_cancel_path, "patch", owner.patch(f"{WORKFLOWS}1::a%00/actions/cancel")),
+        (flow_cancel_path, "patch", anonymous.patch(f"{flow}actions/cancel")),
+        (flow_cancel_path, "patch", stranger.patch(f"{flow}actions/cancel")),
+        (flow_cancel_path, "patch", owner.patch(f"{flow}actions/cancel")),  # compensating
+        (flow_cancel_path, "patch", owner.patch(f"{ended_flow}actions/cancel?undo=false")),
     ]
     seen = set()
     for path, method, response in answers:
@@ -419,3 +465,5 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
         for status in operation["responses"]
     }
     assert seen == every
+    # The answers that carry a workflow hold its nodes and their undo steps.
+    assert owner.get(flow).json()["nodes"][0]["undo"]["state"] == "pending"

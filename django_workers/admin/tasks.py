@@ -1,41 +1,36 @@
-"""The Django admin for tasks and worker processes: read-only pages, cancelling through the API.
-
-Every page is scoped by the signed-in user's authority (``web_authority``):
-staff see the tasks they own or watch, holders of ``manage_all_tasks`` see all.
-A task a user may not see is 404, exactly like one that does not exist. No
-page writes a task row: the only change, cancelling, goes through ``cancel_task``.
-"""
+"""The task pages: a scoped list with progress bars, a read-only page, cancelling by cancel_task."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin import helpers
 from django.contrib.admin.utils import quote, unquote
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from django_workers import clock, operations
+from django_workers import clock
+from django_workers.admin.base import (
+    EMPTY,
+    ReadOnlyAdmin,
+    cancel_each,
+    could_be_id,
+    is_active_staff,
+    report,
+    selected_ids,
+)
 from django_workers.api import cancel_task
 from django_workers.authority import user_id_of
 from django_workers.exceptions import TaskAlreadyFinished, TaskNotFound
 from django_workers.info import TERMINAL_STATUSES
-from django_workers.models import ScheduleRecord, TaskRecord, WorkerProcess
-from django_workers.periodic.admin import ScheduleRecordAdmin
-from django_workers.stores import default_store
+from django_workers.models import TaskRecord
 from django_workers.web_authority import authority_for_user
-
-EMPTY = "-"
 
 #: The task page, every field read-only: (heading, fields) in the order shown.
 FIELD_GROUPS: tuple[tuple[str | None, tuple[str, ...]], ...] = (
@@ -103,19 +98,6 @@ def pretty_json(value: Any) -> str:
     return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """No adding, changing or deleting rows from the admin."""
-
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
 @admin.register(TaskRecord)
 class TaskRecordAdmin(ReadOnlyAdmin):
     """Tasks the signed-in user may see; a Cancel button and a "Cancel selected" action."""
@@ -142,11 +124,11 @@ class TaskRecordAdmin(ReadOnlyAdmin):
     # -- who sees what --
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return _is_active_staff(request)
+        return is_active_staff(request)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         # Any staff user may look; get_queryset narrows what they see.
-        return _is_active_staff(request)
+        return is_active_staff(request)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[TaskRecord]:
         user_id = user_id_of(authority_for_user(request.user))
@@ -171,7 +153,10 @@ class TaskRecordAdmin(ReadOnlyAdmin):
 
     def _visible_task(self, request: HttpRequest, object_id: str) -> TaskRecord:
         """The task, or 404 when it is missing or not visible (the two look alike)."""
-        return get_object_or_404(self.get_queryset(request), pk=unquote(object_id))
+        task_id = unquote(object_id)
+        if not could_be_id(task_id):
+            raise Http404
+        return get_object_or_404(self.get_queryset(request), pk=task_id)
 
     # -- cancelling, through the public API --
 
@@ -186,9 +171,9 @@ class TaskRecordAdmin(ReadOnlyAdmin):
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Cancel one task with the user's authority; report and go back to its page."""
-        if not self.has_view_permission(request):
-            raise Http404
         task_id = unquote(object_id)
+        if not self.has_view_permission(request) or not could_be_id(task_id):
+            raise Http404
         outcome = _cancel(task_id, request)
         if outcome is None:
             raise Http404
@@ -201,21 +186,18 @@ class TaskRecordAdmin(ReadOnlyAdmin):
     @admin.action(description="Cancel selected tasks")
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[TaskRecord]) -> None:
         """Cancel each selected task through cancel_task and report what happened to each."""
-        if request.POST.get("select_across") == "1":
-            ids = list(queryset.values_list("pk", flat=True))
-        else:
-            ids = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)
-        cancelled, ended, hidden = _cancel_each(ids, request)
-        if cancelled:
-            self.message_user(request, f"Cancelled: {', '.join(cancelled)}.", messages.SUCCESS)
-        if ended:
-            self.message_user(request, f"Already ended: {', '.join(ended)}.", messages.WARNING)
-        if hidden:
-            self.message_user(
-                request,
-                f"{hidden} selected task(s) not found or not visible to you; nothing was done.",
-                messages.ERROR,
-            )
+        authority = authority_for_user(request.user)
+
+        def cancel(task_id: str) -> str:
+            if not could_be_id(task_id):
+                raise TaskNotFound(task_id)
+            cancel_task(task_id, authority)
+            return "Cancelled"
+
+        outcomes = cancel_each(
+            selected_ids(request, queryset), cancel, TaskNotFound, TaskAlreadyFinished
+        )
+        report(self, request, outcomes, "task")
 
     # -- columns and fields --
 
@@ -262,11 +244,6 @@ class TaskRecordAdmin(ReadOnlyAdmin):
         return format_html("{}", "".join(failures)) if failures else EMPTY
 
 
-def _is_active_staff(request: HttpRequest) -> bool:
-    user = request.user
-    return bool(user.is_active and user.is_staff)
-
-
 def _failure_html(error: dict[str, str] | None) -> str:
     if not error:
         return EMPTY
@@ -287,58 +264,3 @@ def _cancel(task_id: str, request: HttpRequest) -> tuple[str, int] | None:
     except TaskAlreadyFinished as e:
         return f"Task {task_id} has already ended ({e}).", messages.WARNING
     return f"Task {task_id} was cancelled.", messages.SUCCESS
-
-
-def _cancel_each(ids: Iterable[str], request: HttpRequest) -> tuple[list[str], list[str], int]:
-    """Cancel every id: the cancelled ids, the already ended ids, and how many were not visible."""
-    authority = authority_for_user(request.user)
-    cancelled: list[str] = []
-    ended: list[str] = []
-    hidden = 0
-    for task_id in ids:
-        try:
-            cancel_task(task_id, authority)
-        except TaskNotFound:
-            hidden += 1
-        except TaskAlreadyFinished:
-            ended.append(task_id)
-        else:
-            cancelled.append(task_id)
-    return cancelled, ended, hidden
-
-
-@admin.register(WorkerProcess)
-class WorkerProcessAdmin(ReadOnlyAdmin):
-    """The registered runtimes with their heartbeat age, running count and lease state."""
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        report = operations.status(default_store())
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": "Worker processes",
-            "report": report,
-            "workers": sorted(report.workers, key=lambda w: (w.worker.host, w.worker.pid)),
-            **(extra_context or {}),
-        }
-        return TemplateResponse(
-            request, "admin/django_workers/workerprocess/change_list.html", context
-        )
-
-    def get_urls(self) -> list[URLPattern]:
-        # The list is the whole page: a worker has no detail to open.
-        return [
-            path(
-                "",
-                self.admin_site.admin_view(self.changelist_view),
-                name=f"{self.opts.app_label}_{self.opts.model_name}_changelist",
-            )
-        ]
-
-
-# Periodic schedules: their page lives with the rest of periodic tasks.
-admin.site.register(ScheduleRecord, ScheduleRecordAdmin)

@@ -1,0 +1,276 @@
+"""The workflow pages: a scoped list, a page with a picture of the DAG, cancel with or without undo.
+
+The list reads workflow rows as the task list reads task rows; a workflow's page
+and every cancel go through the workflow API (``get_workflow_status``,
+``cancel_workflow``) with the user's authority.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST, require_safe
+
+from django_workers.admin.base import (
+    ReadOnlyAdmin,
+    cancel_each,
+    could_be_id,
+    is_active_staff,
+    report,
+    selected_ids,
+)
+from django_workers.authority import user_id_of
+from django_workers.exceptions import WorkflowAlreadyFinished, WorkflowNotFound
+from django_workers.models import WorkflowRecord
+from django_workers.web_authority import authority_for_user
+from django_workers.workflow_svg import colours, workflow_svg
+from django_workers.workflows import (
+    WorkflowInfo,
+    WorkflowNodeInfo,
+    cancel_workflow,
+    get_workflow_status,
+)
+from django_workers.workflows.handles import STATES as WORKFLOW_STATES
+
+
+def state_badge(state: str) -> str:
+    """A workflow's, node's or undo's state as a small label in its picture's colours."""
+    fill, stroke = colours(state)
+    return format_html(
+        '<span class="dw-state dw-state-{}" style="background:{};border:1px solid {};'
+        'color:#111827;padding:0 6px;border-radius:8px;white-space:nowrap">{}</span>',
+        state,
+        fill,
+        stroke,
+        state,
+    )
+
+
+def node_counts(nodes: Iterable[dict[str, Any]]) -> Counter[str]:
+    """How many of a workflow row's nodes are in each state."""
+    return Counter(str(node.get("status", "")) for node in nodes)
+
+
+#: The states a node can be in, in the order a node goes through them.
+NODE_STATES = ("waiting", "pending", "running", "completed", "failed", "cancelled")
+#: Node states that are ends: a node there never runs again.
+NODE_ENDS = ("completed", "failed", "cancelled")
+
+
+class WorkflowStateFilter(admin.SimpleListFilter):
+    """Every workflow state, whichever the user's workflows happen to be in."""
+
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(state, state.replace("_", " ")) for state in WORKFLOW_STATES]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(state=self.value()) if self.value() else queryset
+
+
+@admin.register(WorkflowRecord)
+class WorkflowRecordAdmin(ReadOnlyAdmin):
+    """Workflows the signed-in user may see; a page with the DAG's picture; cancel actions."""
+
+    list_display = (
+        "id",
+        "owner_display",
+        "state_display",
+        "nodes_display",
+        "created_at",
+        "finished_at",
+    )
+    list_filter = (WorkflowStateFilter,)
+    search_fields = ("id", "key", "owner")
+    ordering = ("-created_at", "-id")
+    actions = ("cancel_selected", "cancel_selected_without_undo")
+
+    # -- who sees what --
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return is_active_staff(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Any staff user may look; get_queryset and get_workflow_status narrow what they see.
+        return is_active_staff(request)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRecord]:
+        user_id = user_id_of(authority_for_user(request.user))
+        return WorkflowRecord.objects.visible_to(user_id)
+
+    def get_urls(self) -> list[URLPattern]:
+        # The list, a workflow's page and its cancel: nothing adds, edits or deletes one.
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        view = self.admin_site.admin_view
+        return [
+            path("", view(self.changelist_view), name=f"{name}_changelist"),
+            path(
+                "<path:object_id>/cancel/",
+                view(require_POST(self.cancel_view)),
+                name=f"{name}_cancel",
+            ),
+            path(
+                "<path:object_id>/change/",
+                view(require_safe(self.change_view)),
+                name=f"{name}_change",
+            ),
+        ]
+
+    # -- a workflow's page, read through the workflow API --
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The workflow, its DAG's picture and its nodes; 404 when missing or not visible."""
+        info = self._visible_workflow(request, object_id)
+        has_undo = any(node.undo is not None for node in info.nodes)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Workflow {info.id}",
+            "workflow": info,
+            "state": state_badge(info.state),
+            "picture": workflow_svg(info, _task_change_url),
+            "nodes": [_node_row(node) for node in info.nodes],
+            "legend": [state_badge(s) for s in (*NODE_STATES, *(("idle",) if has_undo else ()))],
+            "can_cancel": info.state == "running",
+            # Without undo steps to skip, "without undo" would be the same button twice.
+            "offers_no_undo": has_undo and info.undo_on_cancel,
+            "has_undo": has_undo,
+            **(extra_context or {}),
+        }
+        return TemplateResponse(
+            request, "admin/django_workers/workflowrecord/change_form.html", context
+        )
+
+    def _visible_workflow(self, request: HttpRequest, object_id: str) -> WorkflowInfo:
+        """The workflow, or 404 when it is missing or not visible (the two look alike)."""
+        workflow_id = unquote(object_id)
+        if not self.has_view_permission(request) or not could_be_id(workflow_id):
+            raise Http404
+        try:
+            return get_workflow_status(workflow_id, authority_for_user(request.user))
+        except WorkflowNotFound:
+            raise Http404 from None
+
+    # -- cancelling, through the workflow API --
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Cancel one workflow as the user (``undo=false`` skips compensation); report it."""
+        info = self._visible_workflow(request, object_id)
+        undo = False if request.POST.get("undo") == "false" else None
+        try:
+            after = cancel_workflow(info.id, authority_for_user(request.user), undo=undo)
+        except WorkflowNotFound:
+            raise Http404 from None
+        except WorkflowAlreadyFinished as e:
+            self.message_user(request, _not_running_message(e), messages.WARNING)
+        else:
+            self.message_user(request, _cancelled_message(after, undo), messages.SUCCESS)
+        opts = self.opts
+        return HttpResponseRedirect(
+            reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(info.id)])
+        )
+
+    @admin.action(description="Cancel selected workflows (undo completed steps as submitted)")
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[WorkflowRecord]) -> None:
+        """Cancel each selected workflow, compensating as it was submitted; report each."""
+        self._cancel_selected(request, queryset, None)
+
+    @admin.action(description="Cancel selected workflows without undo")
+    def cancel_selected_without_undo(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRecord]
+    ) -> None:
+        """Cancel each selected workflow and run none of its undo steps; report each."""
+        self._cancel_selected(request, queryset, False)
+
+    def _cancel_selected(
+        self, request: HttpRequest, queryset: QuerySet[WorkflowRecord], undo: bool | None
+    ) -> None:
+        authority = authority_for_user(request.user)
+
+        def cancel(workflow_id: str) -> str:
+            if not could_be_id(workflow_id):
+                raise WorkflowNotFound(workflow_id)
+            after = cancel_workflow(workflow_id, authority, undo=undo)
+            if after.state == "compensating":
+                return "Cancelled, undoing their completed steps"
+            return "Cancelled" if undo is None else "Cancelled without undo"
+
+        outcomes = cancel_each(
+            selected_ids(request, queryset), cancel, WorkflowNotFound, WorkflowAlreadyFinished
+        )
+        report(self, request, outcomes, "workflow")
+
+    # -- columns --
+
+    @admin.display(description="owner", ordering="owner")
+    def owner_display(self, workflow: WorkflowRecord) -> str:
+        return workflow.owner if workflow.owner is not None else "(system)"
+
+    @admin.display(description="state", ordering="state")
+    def state_display(self, workflow: WorkflowRecord) -> str:
+        return state_badge(workflow.state)
+
+    @admin.display(description="nodes")
+    def nodes_display(self, workflow: WorkflowRecord) -> str:
+        counts = node_counts(workflow.nodes)
+        total = sum(counts.values())
+        ended = sum(counts[state] for state in NODE_ENDS)
+        detail = ", ".join(f"{counts[state]} {state}" for state in NODE_STATES if counts[state])
+        return format_html(
+            '<progress class="dw-nodes" value="{}" max="{}" title="{}"></progress> {}/{} ended'
+            ' <span class="quiet">({})</span>',
+            ended,
+            total,
+            detail,
+            ended,
+            total,
+            detail,
+        )
+
+
+def _task_change_url(task_id: str) -> str:
+    return reverse("admin:django_workers_taskrecord_change", args=[quote(task_id)])
+
+
+def _node_row(node: WorkflowNodeInfo) -> dict[str, Any]:
+    """What the node table shows of one node: its fields, its state's badge, its links."""
+    undo = node.undo
+    return {
+        "node": node,
+        "state": state_badge(node.state),
+        "task_url": _task_change_url(node.task_id),
+        "undo_state": state_badge(undo.state) if undo else "",
+        "undo_url": _task_change_url(undo.task_id) if undo and undo.task_id else None,
+    }
+
+
+def _cancelled_message(info: WorkflowInfo, undo: bool | None) -> str:
+    if info.state == "compensating":
+        return f"Workflow {info.id} was cancelled; its completed steps are being undone."
+    if undo is False:
+        return f"Workflow {info.id} was cancelled without undo."
+    return f"Workflow {info.id} was cancelled."
+
+
+def _not_running_message(refusal: WorkflowAlreadyFinished) -> str:
+    workflow_id, state = refusal.workflow_id, refusal.state
+    if state == "compensating":
+        return f"Workflow {workflow_id} is already being undone; nothing was cancelled."
+    return f"Workflow {workflow_id} has already ended ({state}); nothing was cancelled."
