@@ -13,7 +13,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from django_workers.authority import SEPARATOR, Authority, Owner, check_authority, user_id_of
+from django_workers.authority import (
+    SEPARATOR,
+    TASK_ID_MAX_LENGTH,
+    Authority,
+    Owner,
+    check_authority,
+    user_id_of,
+)
 from django_workers.cancellation import CancelReason
 from django_workers.exceptions import (
     InvalidWorkflow,
@@ -83,6 +90,9 @@ def get_workflow_status(
     authority = check_authority(authority)
     store = store or default_store()
     full_id = _full_id(workflow_id, authority)
+    if not _may_exist(full_id):
+        # Checked before any query: a NUL reaches PostgreSQL as an error, not as "no such id".
+        raise WorkflowNotFound(workflow_id)
     info = store.get_workflow(full_id)
     if info is None or not _can_see(info, authority):
         raise WorkflowNotFound(workflow_id)
@@ -152,6 +162,14 @@ def _full_id(workflow_id: str, authority: Authority) -> str:
     ):
         return f"{authority.user_id}{SEPARATOR}{workflow_id}"
     return workflow_id
+
+
+def _may_exist(workflow_id: object) -> bool:
+    return (
+        isinstance(workflow_id, str)
+        and 0 < len(workflow_id) <= TASK_ID_MAX_LENGTH
+        and workflow_id.isprintable()
+    )
 
 
 def _can_see(info: WorkflowInfo, authority: Authority) -> bool:

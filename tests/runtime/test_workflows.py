@@ -313,3 +313,11 @@ def test_cancel_task_of_a_waiting_node_is_that_nodes_failure(store: WorkerStore)
         info.node("third").reason
         == "Cancelled by its workflow: a dependency failed or was cancelled"
     )
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "", "x" * 300, 7])
+def test_an_id_that_cannot_exist_is_not_found_without_a_query(
+    store: WorkerStore, bad: object
+) -> None:
+    with pytest.raises(WorkflowNotFound):
+        open_workflow(bad, System(), store=store)  # type: ignore[arg-type]
