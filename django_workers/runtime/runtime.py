@@ -304,12 +304,17 @@ class WorkerRuntime:
         connections.close_all()
 
     def _begin(self, claimed: list[TaskInfo]) -> list[TaskInfo]:
-        """The pre-run check of the claimed workflow nodes, in one transaction; the others pass.
+        """The pre-run check of claimed workflow nodes: a run its claim found asked to stop.
 
-        A node its workflow refuses was ended CANCELLED by the check; one the database
+        The claim returned each record as it wrote it, so a node whose record asks it
+        to stop (a cancel of its workflow met it, claimed or requeued) is known without
+        another read; the check ends those CANCELLED, in one call. A stop asked after
+        the claim reaches the run as its token, like any cancel. A node the database
         could not check goes back to its queue.
         """
-        nodes = [info for info in claimed if info.workflow]
+        nodes = [
+            info for info in claimed if info.workflow and info.cancel_reason != CancelReason.NONE
+        ]
         if not nodes:
             return claimed
         try:
@@ -319,7 +324,8 @@ class WorkerRuntime:
             self.store.reset_connection()
             with contextlib.suppress(DatabaseError):  # else the sweep requeues them
                 self.store.end_tasks([lifecycle.release_end(i, self.worker_id) for i in nodes])
-            return [info for info in claimed if not info.workflow]
+            checked = {info.run_id for info in nodes}
+            return [info for info in claimed if info.run_id not in checked]
         refused = {info.run_id for info, ok in zip(nodes, allowed, strict=True) if not ok}
         for info in nodes:
             if info.run_id in refused:
