@@ -19,7 +19,8 @@ file in a temporary directory):
   set drained by one ``runworkers --burst --concurrency 8`` started after
   everything was submitted. Each figure is from the first run's start to the
   last run's end (the records' ``started_at`` and ``finished_at``), and the
-  ratio is workflow time over plain time.
+  ratio is workflow time over plain time; each is the median of 3 drains, the
+  two sets taking turns.
 """
 
 from __future__ import annotations
@@ -74,14 +75,13 @@ def database_url(db: str, workdir: Path) -> str:
 
 
 def configure_django(url: str) -> None:
-    import dj_database_url
     import django
     from django.conf import settings
 
-    database = dj_database_url.parse(url)
-    database["CONN_MAX_AGE"] = None
-    if database["ENGINE"] == "django.db.backends.sqlite3":
-        database["OPTIONS"] = {"timeout": 30, "init_command": "PRAGMA journal_mode=WAL;"}
+    from benchmarks.dbconfig import database_from_env
+
+    os.environ["DATABASE_URL"] = url  # the options the other benchmarks (and the docs) use
+    database = database_from_env()
     settings.configure(
         SECRET_KEY="workflow-bench",
         USE_TZ=True,
@@ -159,10 +159,32 @@ def _result(info: Any, node: str) -> float:
     return float(TaskRecord.objects.get(pk=info.node(node).task_id).result)
 
 
-def overhead(url: str, workflows: int, width: int) -> dict[str, Any]:
-    from django_workers import System, TaskSubmission, Workflow, submit_tasks
-
+def overhead(url: str, workflows: int, width: int, runs: int = 3) -> dict[str, Any]:
+    """Median of ``runs`` drains of each set, the two sets taking turns."""
     nodes = workflows * (width + 2)
+    as_workflows, plain = [], []
+    for _ in range(runs):
+        submit_workflows(workflows, width)
+        as_workflows.append(drain(url))
+        submit_plain(nodes)
+        plain.append(drain(url))
+    workflow_seconds, plain_seconds = statistics.median(as_workflows), statistics.median(plain)
+    return {
+        "tasks": nodes,
+        "runs": runs,
+        "workflow_seconds": round(workflow_seconds, 3),
+        "plain_seconds": round(plain_seconds, 3),
+        "workflow_rate": round(nodes / workflow_seconds),
+        "plain_rate": round(nodes / plain_seconds),
+        "ratio": round(workflow_seconds / plain_seconds, 3),
+        "all_workflow_seconds": [round(x, 3) for x in as_workflows],
+        "all_plain_seconds": [round(x, 3) for x in plain],
+    }
+
+
+def submit_workflows(workflows: int, width: int) -> None:
+    from django_workers import System, Workflow
+
     clear()
     for n in range(workflows):
         wf = Workflow(f"shape-{n}", System())
@@ -170,7 +192,11 @@ def overhead(url: str, workflows: int, width: int) -> dict[str, Any]:
         middle = [wf.add(f"m{i}", f"{MODULE}.noop").after(root) for i in range(width)]
         wf.add("join", f"{MODULE}.noop").after(*middle)
         wf.submit()
-    as_workflows = drain(url)
+
+
+def submit_plain(nodes: int) -> None:
+    from django_workers import System, TaskSubmission, submit_tasks
+
     clear()
     batch = [
         TaskSubmission(key=f"plain-{n}", task=f"{MODULE}.noop", scope="global")
@@ -178,15 +204,6 @@ def overhead(url: str, workflows: int, width: int) -> dict[str, Any]:
     ]
     for start in range(0, nodes, 500):
         submit_tasks(batch[start : start + 500], System())
-    plain = drain(url)
-    return {
-        "tasks": nodes,
-        "workflow_seconds": round(as_workflows, 3),
-        "plain_seconds": round(plain, 3),
-        "workflow_rate": round(nodes / as_workflows),
-        "plain_rate": round(nodes / plain),
-        "ratio": round(as_workflows / plain, 3),
-    }
 
 
 def drain(url: str) -> float:
