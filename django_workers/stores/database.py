@@ -421,11 +421,26 @@ class DatabaseWorkerStore(WorkerStore):
         book = _Book(self)
         with self._atomic():
             # Workflow rows before task rows: the order every writer here takes.
-            book.lock_workflows(flows)
-            won = self._write_ends(ends)
+            won = self._lock_and_finish(book, ends, flows)
+            if won is None:
+                book.lock_workflows(flows)
+                won = self._write_ends(ends)
             self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
             persistence.react(book, [e for e, ok in zip(ends, won, strict=True) if ok], clock.now())
             return won
+
+    def _lock_and_finish(
+        self, book: _Book, ends: Sequence[TaskEnd], flows: list[str]
+    ) -> list[bool] | None:
+        """Runs' ends of distinct tasks on PostgreSQL: the lock and the write in one round trip."""
+        if not self._postgres_runs(ends) or len(_distinct_task_groups(ends)) > 1:
+            return None
+        found = sql.lock_and_finish_postgres(connections[self.using], flows, WORKFLOW_COLUMNS, ends)
+        if found is None:
+            return None
+        rows, winners = found
+        book.locked.update((row["id"], row) for row in rows)
+        return [(end.task_id, end.run_id) in winners for end in ends]
 
     def cancel_workflow(self, workflow_id: str, undo: bool | None) -> bool | None:
         with self._atomic():

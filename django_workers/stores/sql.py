@@ -159,6 +159,13 @@ def finish_postgres(
     """Write runs' own ends in one statement; return the (task id, run id) pairs that won."""
     if not ends:
         return set()
+    sql, params = _finish_sql(ends)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {(task_id, run_id) for task_id, run_id in cursor.fetchall()}
+
+
+def _finish_sql(ends: Sequence[TaskEnd]) -> tuple[str, list[Any]]:
     table = TaskRecord._meta.db_table
     row_sql = "(%s, %s, %s, %s, %s::timestamptz, %s::jsonb, %s::jsonb, %s::jsonb, %s, %s::float8)"
     params: list[Any] = []
@@ -190,9 +197,47 @@ def finish_postgres(
         RETURNING t.id, t.run_id
     """
     params.append(TaskStatus.RUNNING.value)
+    return sql, params
+
+
+def lock_and_finish_postgres(
+    connection: BaseDatabaseWrapper,
+    workflow_ids: Sequence[str],
+    columns: Sequence[str],
+    ends: Sequence[TaskEnd],
+) -> tuple[list[dict[str, Any]], set[tuple[str, str]]] | None:
+    """Lock workflow rows, then write runs' ends (distinct tasks), in one round trip.
+
+    Two statements in one simple query, run in order in the open transaction: the
+    workflow rows are locked before any task row, the order every writer takes.
+    Returns the locked rows (``columns``) and the winning (task id, run id) pairs,
+    or None where the cursor binds parameters on the server (one statement a call).
+    """
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return {(task_id, run_id) for task_id, run_id in cursor.fetchall()}
+        if not isinstance(cursor.cursor, psycopg_client_cursor()):
+            return None
+        names = ", ".join(_q(connection, c) for c in columns)
+        lock = (
+            f"SELECT {names} FROM {WorkflowRecord._meta.db_table} "
+            "WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+        )
+        finish, params = _finish_sql(ends)
+        cursor.execute(f"{lock};\n{finish}", [list(workflow_ids), *params])
+        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+        cursor.nextset()
+        winners = {(task_id, run_id) for task_id, run_id in cursor.fetchall()}
+    for row in rows:
+        if isinstance(row["nodes"], str):  # jsonb arrives as text through Django's loaders
+            row["nodes"] = json.loads(row["nodes"])
+    return rows, winners
+
+
+@functools.cache
+def psycopg_client_cursor() -> type:
+    """psycopg's client-side binding cursor class (several statements per execute)."""
+    import psycopg
+
+    return psycopg.ClientCursor
 
 
 def save_workflow_postgres(
