@@ -418,6 +418,9 @@ class DatabaseWorkerStore(WorkerStore):
 
     def _end_in_workflows(self, ends: Sequence[TaskEnd], flows: list[str]) -> list[bool]:
         """Ends of workflow nodes: their workflows react in the same transaction."""
+        won = self._end_in_two_round_trips(ends, flows)
+        if won is not None:
+            return won
         book = _Book(self)
         with self._atomic():
             # Workflow rows before task rows: the order every writer here takes.
@@ -428,6 +431,60 @@ class DatabaseWorkerStore(WorkerStore):
             self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
             persistence.react(book, [e for e, ok in zip(ends, won, strict=True) if ok], clock.now())
             return won
+
+    def _end_in_two_round_trips(
+        self, ends: Sequence[TaskEnd], flows: list[str]
+    ) -> list[bool] | None:
+        """Runs' ends on PostgreSQL whose workflows only promote (the usual case), in autocommit.
+
+        One round trip opens the transaction, locks the workflow rows and writes the
+        ends; the machine decides; a second writes each workflow with its promotions and
+        commits. An end that asks for more (a refusal, a stop, an undo) rolls back and
+        goes the general way. None where this does not apply.
+        """
+        connection = connections[self.using]
+        if connection.in_atomic_block or not self._postgres_runs(ends):
+            return None
+        if len(_distinct_task_groups(ends)) > 1:
+            return None
+        connection.ensure_connection()
+        if not connection.get_autocommit():
+            return None
+        found = sql.open_lock_and_finish_postgres(connection, flows, WORKFLOW_COLUMNS, ends)
+        if found is None:
+            return None
+        try:
+            saves = self._plain_reactions(ends, *found)
+            if saves is None:
+                sql.rollback_postgres(connection)
+                return None
+            sql.commit_workflows_postgres(connection, saves[1])
+        except BaseException:
+            with contextlib.suppress(DatabaseError):
+                sql.rollback_postgres(connection)
+            raise
+        won = saves[0]
+        self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
+        return won
+
+    @staticmethod
+    def _plain_reactions(
+        ends: Sequence[TaskEnd], rows: list[dict[str, Any]], winners: set[tuple[str, str]]
+    ) -> tuple[list[bool], list[tuple[str, dict[str, Any], list[str]]]] | None:
+        """Which ends won, and each workflow's new columns and promotions; None if more."""
+        won = [(end.task_id, end.run_id) in winners for end in ends]
+        events = persistence.events_of([e for e, ok in zip(ends, won, strict=True) if ok])
+        by_id = {row["id"]: row for row in rows}
+        now = clock.now()
+        saves = []
+        for workflow_id in sorted(events):
+            if workflow_id not in by_id:
+                continue  # deleted, with its nodes, by retention
+            outcome = persistence.plain_outcome(by_id[workflow_id], events[workflow_id], now)
+            if outcome is None:
+                return None
+            saves.append((workflow_id, *outcome))
+        return won, saves
 
     def _lock_and_finish(
         self, book: _Book, ends: Sequence[TaskEnd], flows: list[str]

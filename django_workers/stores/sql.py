@@ -216,20 +216,74 @@ def lock_and_finish_postgres(
     with connection.cursor() as cursor:
         if not isinstance(cursor.cursor, psycopg_client_cursor()):
             return None
-        names = ", ".join(_q(connection, c) for c in columns)
-        lock = (
-            f"SELECT {names} FROM {WorkflowRecord._meta.db_table} "
-            "WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
-        )
-        finish, params = _finish_sql(ends)
-        cursor.execute(f"{lock};\n{finish}", [list(workflow_ids), *params])
-        rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
-        cursor.nextset()
-        winners = {(task_id, run_id) for task_id, run_id in cursor.fetchall()}
+        return _lock_and_finish(connection, cursor, workflow_ids, columns, ends, begin=False)
+
+
+def _lock_and_finish(
+    connection: BaseDatabaseWrapper,
+    cursor: Any,
+    workflow_ids: Sequence[str],
+    columns: Sequence[str],
+    ends: Sequence[TaskEnd],
+    *,
+    begin: bool,
+) -> tuple[list[dict[str, Any]], set[tuple[str, str]]]:
+    names = ", ".join(_q(connection, c) for c in columns)
+    lock = (
+        f"SELECT {names} FROM {WorkflowRecord._meta.db_table} "
+        "WHERE id = ANY(%s) ORDER BY id FOR UPDATE"
+    )
+    finish, params = _finish_sql(ends)
+    cursor.execute(f"{'BEGIN;' if begin else ''}{lock};\n{finish}", [list(workflow_ids), *params])
+    if begin:
+        cursor.nextset()  # BEGIN's empty result
+    rows = [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    cursor.nextset()
+    winners = {(task_id, run_id) for task_id, run_id in cursor.fetchall()}
     for row in rows:
         if isinstance(row["nodes"], str):  # jsonb arrives as text through Django's loaders
             row["nodes"] = json.loads(row["nodes"])
     return rows, winners
+
+
+def open_lock_and_finish_postgres(
+    connection: BaseDatabaseWrapper,
+    workflow_ids: Sequence[str],
+    columns: Sequence[str],
+    ends: Sequence[TaskEnd],
+) -> tuple[list[dict[str, Any]], set[tuple[str, str]]] | None:
+    """``BEGIN``, lock the workflow rows, write runs' ends: one round trip, left open.
+
+    For a connection in autocommit (no ``atomic`` block): the transaction stays open
+    on the server until ``commit_workflows_postgres`` or ``rollback_postgres``.
+    None where the cursor binds parameters on the server (nothing is sent then).
+    """
+    with connection.cursor() as cursor:
+        if not isinstance(cursor.cursor, psycopg_client_cursor()):
+            return None
+        return _lock_and_finish(connection, cursor, workflow_ids, columns, ends, begin=True)
+
+
+def commit_workflows_postgres(
+    connection: BaseDatabaseWrapper,
+    saves: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]],
+) -> None:
+    """Write each workflow's columns with its promotions, then ``COMMIT``: one round trip."""
+    statements: list[str] = []
+    params: list[Any] = []
+    for workflow_id, fields, promote in saves:
+        sql, values = _save_workflow_sql(connection, workflow_id, fields, promote)
+        statements.append(sql)
+        params += values
+    statements.append("COMMIT")
+    with connection.cursor() as cursor:
+        cursor.execute(";\n".join(statements), params)
+
+
+def rollback_postgres(connection: BaseDatabaseWrapper) -> None:
+    """End an open transaction of ``open_lock_and_finish_postgres`` without its writes."""
+    with connection.cursor() as cursor:
+        cursor.execute("ROLLBACK")
 
 
 @functools.cache
@@ -250,6 +304,17 @@ def save_workflow_postgres(
 
     The promotion keeps its precondition (the node is WAITING) in its WHERE clause.
     """
+    sql, params = _save_workflow_sql(connection, workflow_id, fields, promote)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+def _save_workflow_sql(
+    connection: BaseDatabaseWrapper,
+    workflow_id: str,
+    fields: Mapping[str, Any],
+    promote: Sequence[str],
+) -> tuple[str, list[Any]]:
     names = sorted(fields)
     assignments = ", ".join(
         f"{_q(connection, name)} = %s" + ("::jsonb" if name == "nodes" else "") for name in names
@@ -263,5 +328,4 @@ def save_workflow_postgres(
         UPDATE {WorkflowRecord._meta.db_table} SET {assignments} WHERE id = %s
     """
     params = [TaskStatus.PENDING.value, list(promote), TaskStatus.WAITING.value, *values]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, workflow_id])
+    return sql, [*params, workflow_id]

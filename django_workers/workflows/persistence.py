@@ -32,6 +32,7 @@ from django_workers.workflows.machine import (
     CancelWorkflow,
     Effect,
     Event,
+    Finished,
     NodeEnded,
     NodeStarted,
     Outcome,
@@ -103,14 +104,44 @@ def workflows_of(ends: Iterable[TaskEnd]) -> list[str]:
 
 def react(book: WorkflowBook, ends: Sequence[TaskEnd], now: datetime) -> None:
     """Apply the ends that won to their workflows (the store locked them before the ends)."""
-    events: dict[str, list[Event]] = {}
-    for end in ends:
-        if end.workflow and end.node and end.is_terminal:
-            events.setdefault(end.workflow, []).append(_ended(end.node, end.status))
+    events = events_of(ends)
     rows = book.lock_workflows(sorted(events))
     for workflow_id in sorted(events):
         if workflow_id in rows:  # else deleted, with its nodes, by retention
             _settle(book, rows[workflow_id], events[workflow_id], now)
+
+
+def events_of(ends: Iterable[TaskEnd]) -> dict[str, list[Event]]:
+    """The machine events of the ends (that won), by workflow id."""
+    events: dict[str, list[Event]] = {}
+    for end in ends:
+        if end.workflow and end.node and end.is_terminal:
+            events.setdefault(end.workflow, []).append(_ended(end.node, end.status))
+    return events
+
+
+def plain_outcome(
+    row: Mapping[str, Any], events: Iterable[Event], now: datetime
+) -> tuple[dict[str, Any], list[str]] | None:
+    """The new columns of a workflow and the task ids it promotes, when that is all it does.
+
+    None when an event has any other effect (a refusal, a stop, an undo to queue):
+    those go through ``react``. Pure: a store may write the answer in one statement.
+    """
+    state = state_of(row)
+    promote: list[str] = []
+    for event in events:
+        transition = machine.apply(state, event)
+        for effect in transition.effects:
+            if isinstance(effect, Promote):
+                promote.append(_task_id(row, effect.node))
+            elif not isinstance(effect, Finished):
+                return None
+        state = transition.state
+    fields = row_fields(row, state)
+    if state.ended and row.get("finished_at") is None:
+        fields["finished_at"] = now
+    return fields, promote
 
 
 def cancel(book: WorkflowBook, workflow_id: str, undo: bool | None, now: datetime) -> bool | None:

@@ -140,3 +140,10 @@ def test_the_store_follows_the_machine(c: Case, store: WorkerStore) -> None:
                 run = driver.running[f"q.{effect.node}"]
                 assert store.runs_to_stop(WORKER, {run.id: run.run_id}) == {run.id: "user"}
     assert expected.status is c.status
+
+
+@pytest.mark.parametrize("c", CASES, ids=[c.id for c in CASES])
+def test_the_store_follows_the_machine_committing_each_step(c: Case, db_store: WorkerStore) -> None:
+    # Each step commits on its own, as on a worker: on PostgreSQL the ends whose
+    # workflows only promote take their two-round-trip path, the others the general one.
+    test_the_store_follows_the_machine(c, db_store)
