@@ -237,7 +237,9 @@ def test_a_runtime_fires_each_tick_once_and_a_failing_task_does_not_pile_up(
     assert all(i.key.startswith("schedule:failing:") for i in infos)
     # One record per second, none skipped or repeated; each failed after its one retry.
     assert ticks == [ticks[0] + n * SECOND for n in range(len(ticks))]
-    ended = [i for i in infos if i.status == TaskStatus.FAILED]
+    # The last tick may have been running when the stop came: a drain does not retry.
+    last = max(infos, key=lambda i: i.key)
+    ended = [i for i in infos if i.status == TaskStatus.FAILED and i.id != last.id]
     assert ended
     assert all(i.attempts == 2 for i in ended)
     assert all(i.attempts <= 2 for i in infos)
