@@ -51,7 +51,7 @@ from django_workers.runtime.reporter import (
 )
 from django_workers.runtime.run import RunHandle, execute, failure_of, task_logger
 from django_workers.runtime.scheduler import Scheduler
-from django_workers.runtime.wakeup import CANCELLED, Listener, parse_notice
+from django_workers.runtime.wakeup import CANCELLED, Listener, LocalListener, parse_notice
 from django_workers.runtime.watchdog import Watchdog
 from django_workers.signals import run_started
 from django_workers.stores import WorkerStore, default_store
@@ -125,6 +125,7 @@ class WorkerRuntime:
         # Every runtime runs the scheduler pass: no leader, no separate beat process.
         self.scheduler = Scheduler(self.store, self._report)
         self._listener: Listener | None = None
+        self._local: LocalListener | None = None
         # Liveness: when the claim loop last went round, since when the finisher has been
         # writing its current batch (None: idle), when the lease was last renewed.
         self._claim_beat = time.monotonic()
@@ -196,6 +197,12 @@ class WorkerRuntime:
             self._listener = Listener(params, self._on_notify)
             self._listener.start()
             self._listener.ready.wait(5.0)
+        elif (wake_file := self.store.wake_file()) is not None:
+            # SQLite: writers on this machine wake us through a socket; polling stays.
+            self._local = LocalListener(
+                wake_file, f"{os.getpid()}-{uuid.uuid4().hex[:8]}", self._on_notify
+            )
+            self._local.start()
         self.store.subscribe(self._wake.set)
         self.started.set()
 
@@ -654,6 +661,8 @@ class WorkerRuntime:
         self._watchdog.stop()
         if self._listener is not None:
             self._listener.stop()
+        if self._local is not None:
+            self._local.stop()
         if settled:
             for thread in self._threads:
                 if thread.name.startswith(("workers-run", "workers-finisher")):

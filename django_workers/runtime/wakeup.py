@@ -1,4 +1,4 @@
-"""Waking an idle runtime: PostgreSQL LISTEN/NOTIFY, or a short poll everywhere else.
+"""Waking an idle runtime: PostgreSQL LISTEN/NOTIFY, a socket on SQLite, else a short poll.
 
 A listener thread holds one extra connection, LISTENs on one channel and
 passes each payload on; it reconnects with backoff. This module owns the
@@ -12,14 +12,22 @@ with ``parse_notice()``, never by hand. A payload is ``<kind>:<value>``:
   run superseded (a cancel to deliver).
 - ``d:<task id>`` on ``django_workers_done``: a task ended (COMPLETED, FAILED
   or CANCELLED), for handles waiting on it.
+
+On SQLite a ``LocalListener`` receives ``e:<queue>`` datagrams that writers on
+this machine send through ``local_wake`` after their commit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
 import threading
 from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
+
+from django_workers.local_wake import EVERY_QUEUE, MAX_PATH, wake_dir
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +42,7 @@ ENQUEUED = "e"
 CANCELLED = "c"
 ENDED = "d"
 #: The ENQUEUED value that stands for every queue.
-ANY_QUEUE = "*"
+ANY_QUEUE = EVERY_QUEUE
 
 
 class Notice(NamedTuple):
@@ -112,3 +120,68 @@ class Listener:
                 logger.warning("LISTEN connection lost (%s); reconnecting in %.1f s", e, delay)
                 self._stopped.wait(delay)
                 delay = min(delay * 2, 10.0)
+
+
+class LocalListener:
+    """A thread on a Unix datagram socket next to an SQLite file; calls ``on_notify(payload)``.
+
+    The same-host stand-in for LISTEN: writers of the database find the socket in
+    ``local_wake.wake_dir`` and send ``e:<queue>`` after their commit. ``ready`` is
+    set once the socket is bound; a path too long for a socket, or a folder that
+    cannot be made, leaves it unset and the runtime polls as before.
+    """
+
+    def __init__(self, database_file: str, name: str, on_notify: Callable[[str], None]) -> None:
+        self._path = wake_dir(database_file) / f"{name}.sock"
+        self._on_notify = on_notify
+        self._stopped = threading.Event()
+        self._socket: socket.socket | None = None
+        self.ready = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="workers-local-wake", daemon=True)
+
+    def start(self) -> None:
+        if len(os.fsencode(self._path)) > MAX_PATH:
+            logger.info("Wake-up socket path too long (%s); polling instead", self._path)
+            return
+        try:
+            self._path.parent.mkdir(exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                self._path.unlink()
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.bind(os.fspath(self._path))
+            sock.settimeout(0.5)
+        except OSError as e:
+            logger.info("No wake-up socket at %s (%s); polling instead", self._path, e)
+            return
+        self._socket = sock
+        self.ready.set()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self.ready.is_set():
+            # Unlinked now, not when the thread notices: nobody sends to a stopped runtime.
+            with contextlib.suppress(OSError):
+                self._path.unlink()
+
+    def join(self, timeout: float | None = None) -> None:
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _loop(self) -> None:
+        sock = self._socket
+        assert sock is not None
+        try:
+            while not self._stopped.is_set():
+                try:
+                    payload = sock.recv(512)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    break
+                self._on_notify(payload.decode(errors="replace"))
+        finally:
+            self.ready.clear()
+            sock.close()
+            with contextlib.suppress(OSError):
+                self._path.unlink()

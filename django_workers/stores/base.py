@@ -381,6 +381,10 @@ class WorkerStore(abc.ABC):
     def subscribe(self, wake: Callable[[], None]) -> None:  # noqa: B027
         """Have ``wake()`` called on enqueue in this process (stores without NOTIFY)."""
 
+    def wake_file(self) -> str | None:
+        """The SQLite file whose same-host wake-up sockets this store's writers use, if any."""
+        return None
+
     def listen_params(self) -> dict[str, Any] | None:
         """Connection parameters for a LISTEN/NOTIFY wake-up; None where there is none."""
         return None

@@ -18,7 +18,7 @@ from django.db.models import Count, DateTimeField, F, Q, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
 
-from django_workers import clock, lifecycle
+from django_workers import clock, lifecycle, local_wake
 from django_workers.cancellation import CancelReason
 from django_workers.conf import workers_settings
 from django_workers.exceptions import InvalidWorkflow, RuntimeInTransaction
@@ -430,7 +430,8 @@ class DatabaseWorkerStore(WorkerStore):
                 won = self._write_ends(ends)
             self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
             persistence.react(book, [e for e, ok in zip(ends, won, strict=True) if ok], clock.now())
-            return won
+        book.wake()
+        return won
 
     def _end_in_two_round_trips(
         self, ends: Sequence[TaskEnd], flows: list[str]
@@ -500,8 +501,11 @@ class DatabaseWorkerStore(WorkerStore):
         return [(end.task_id, end.run_id) in winners for end in ends]
 
     def cancel_workflow(self, workflow_id: str, undo: bool | None) -> bool | None:
+        book = _Book(self)
         with self._atomic():
-            return persistence.cancel(_Book(self), workflow_id, undo, clock.now())
+            cancelled = persistence.cancel(book, workflow_id, undo, clock.now())
+        book.wake()
+        return cancelled
 
     def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
         if not runs:
@@ -642,6 +646,21 @@ class DatabaseWorkerStore(WorkerStore):
             value = value.replace(tzinfo=UTC)
         return value
 
+    def wake_file(self) -> str | None:
+        connection = connections[self.using]
+        if connection.vendor != "sqlite" or connection.is_in_memory_db():  # type: ignore[attr-defined]
+            return None
+        return str(connection.settings_dict["NAME"])
+
+    def notify_enqueued(self, queues: Iterable[str]) -> None:
+        wake_file = self.wake_file()
+        if wake_file is not None:
+            woken = list(queues)
+            # After the commit: a worker woken earlier would not see the rows yet.
+            transaction.on_commit(
+                lambda: local_wake.send_enqueued(wake_file, woken), using=self.using
+            )
+
     def listen_params(self) -> dict[str, Any] | None:
         connection = connections[self.using]
         if connection.vendor != "postgresql":
@@ -719,6 +738,8 @@ class _Book:
         self.locked: dict[str, dict[str, Any]] = {}
         # Nodes to make PENDING, written with the next statement that needs them.
         self.promotions: list[str] = []
+        # Whether this transaction queued work (promotions, undos) to wake workers for.
+        self.queued = False
 
     def lock_workflows(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
         missing = [i for i in ids if i not in self.locked]
@@ -750,6 +771,7 @@ class _Book:
     def promote(self, task_ids: Sequence[str]) -> None:
         # Written with the workflow's row (or before anything reads or ends a record).
         self.promotions += task_ids
+        self.queued = True
 
     def _promote_now(self) -> None:
         if self.promotions:
@@ -759,8 +781,14 @@ class _Book:
 
     def add_tasks(self, news: Sequence[NewTask]) -> None:
         self._promote_now()
+        self.queued = True
         self.store._records().filter(pk__in=[new.id for new in news]).delete()
         self.store._insert(news)
+
+    def wake(self) -> None:
+        """After the commit: wake this machine's idle workers (SQLite) for what was queued."""
+        if self.queued:
+            self.store.notify_enqueued([local_wake.EVERY_QUEUE])
 
     def request_stop(self, task_ids: Sequence[str], reason: CancelReason) -> None:
         self._promote_now()

@@ -1,0 +1,60 @@
+"""Same-host wake-ups for SQLite: a submit tells this machine's idle workers at once.
+
+SQLite has no LISTEN/NOTIFY, so an idle worker finds new work at its next poll
+(``POLL_INTERVAL``). Next to the database file, a folder ``<file>.wake`` holds
+one Unix datagram socket per listening runtime; after a commit that queued work,
+the writer sends each socket one datagram, ``e:<queue>`` (the ``ENQUEUED``
+notice of ``runtime.wakeup``). A folder that does not exist (no worker ever
+listened) costs one failed ``scandir``; a socket nobody holds any more is
+removed by the first sender that finds it dead. Polling stays the fallback:
+a lost datagram only costs the poll it would have saved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Iterable
+from pathlib import Path
+
+#: The queue name a notice uses for "every queue" (promotions name no queue).
+EVERY_QUEUE = "*"
+#: Longest socket path a Unix domain socket takes on Linux (108 with the NUL).
+MAX_PATH = 107
+
+
+def wake_dir(database_file: str | os.PathLike[str]) -> Path:
+    """The folder of wake-up sockets of an SQLite database file."""
+    return Path(f"{os.fspath(database_file)}.wake")
+
+
+def send_enqueued(database_file: str | os.PathLike[str] | None, queues: Iterable[str]) -> None:
+    """Tell the workers listening next to ``database_file`` that ``queues`` have work."""
+    if not database_file:
+        return
+    try:
+        entries = list(os.scandir(wake_dir(database_file)))
+    except OSError:
+        return  # nobody ever listened here
+    if not entries:
+        return
+    payloads = [f"e:{queue}".encode() for queue in sorted(set(queues))]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+        sender.setblocking(False)
+        for entry in entries:
+            if entry.name.endswith(".sock"):
+                _send(sender, entry.path, payloads)
+
+
+def _send(sender: socket.socket, path: str, payloads: list[bytes]) -> None:
+    for payload in payloads:
+        try:
+            sender.sendto(payload, path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            # Its runtime is gone without cleaning up (killed): nobody will read it.
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            return
+        except OSError:
+            return  # a full buffer means it is awake already; anything else: it polls
