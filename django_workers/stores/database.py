@@ -95,13 +95,19 @@ class DatabaseWorkerStore(WorkerStore):
     # -- submitting --
 
     def submit(self, new: NewTask, caller: str | None) -> Submitted:
-        if not rows.grants_of(new) and not connections[self.using].in_atomic_block:
-            # Fast path: one INSERT in autocommit. Only a conflict needs the locking path.
-            try:
-                self._insert([new])
-                return Submitted(new.id, new.run_id, created=True)
-            except IntegrityError:
-                pass
+        if not rows.grants_of(new):
+            # Fast path: one INSERT. Only a taken id needs the locking path below.
+            connection = connections[self.using]
+            if connection.vendor in ("postgresql", "sqlite"):
+                # Never an error on a taken id, so also one statement inside a transaction.
+                if sql.insert_if_new(connection, rows.row_of(new)):
+                    return Submitted(new.id, new.run_id, created=True)
+            elif not connection.in_atomic_block:
+                try:
+                    self._insert([new])
+                    return Submitted(new.id, new.run_id, created=True)
+                except IntegrityError:
+                    pass
         with self._atomic():
             row = self._lock_row(new.id)
             if row is None:

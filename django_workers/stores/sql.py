@@ -94,6 +94,23 @@ def insert_records(connection: BaseDatabaseWrapper, records: Sequence[Mapping[st
             cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", params)
 
 
+def insert_if_new(connection: BaseDatabaseWrapper, record: Mapping[str, Any]) -> bool:
+    """Insert one fresh task row unless its id is taken; True if it was inserted.
+
+    One statement that never raises on the id (``ON CONFLICT DO NOTHING``, PostgreSQL
+    and SQLite), so inside a transaction it needs no savepoint to survive a taken id.
+    """
+    table, columns = _target(connection.vendor, connection.ops.quote_name)
+    row_sql = "(" + ", ".join(["%s"] * len(_FIELDS)) + ")"
+    params = [_db_value(connection, f, record[f]) for f in _FIELDS]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}) VALUES {row_sql} ON CONFLICT (id) DO NOTHING",
+            params,
+        )
+        return bool(cursor.rowcount == 1)
+
+
 def any_ready(connection: BaseDatabaseWrapper, queues: Sequence[str] | None, now: datetime) -> bool:
     """Whether any task is ready to claim: the cheap read an idle poll makes."""
     table = _q(connection, TaskRecord._meta.db_table)

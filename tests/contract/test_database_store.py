@@ -45,6 +45,28 @@ def test_submit_of_a_new_task_is_one_insert(
     assert TaskRecord.objects.get(pk=task_id).args == [1, 2]
 
 
+@pytest.mark.skipif(
+    connection.vendor == "mysql", reason="MySQL has no INSERT that ignores only a taken id"
+)
+def test_submit_inside_a_transaction_is_one_insert_and_a_taken_id_still_joins(
+    db_store: DatabaseWorkerStore, django_assert_num_queries: DjangoAssertNumQueries
+) -> None:
+    from django.db import transaction
+
+    with transaction.atomic():
+        # One INSERT: no savepoint, no lock, no second statement.
+        with django_assert_num_queries(1):
+            task_id = submit_task("k", add, ALICE, args=[1, 2], store=db_store)
+        # The same id again inside the same transaction joins the run, and the
+        # transaction is still fine afterwards.
+        again = submit_task("k", add, ALICE, args=[1, 2], store=db_store)
+        assert again == task_id
+        assert TaskRecord.objects.filter(pk=task_id).count() == 1
+    info = db_store.get_task_info(task_id)
+    assert info is not None
+    assert info.status == "PENDING"
+
+
 def test_submit_with_watchers_is_one_short_transaction(
     db_store: DatabaseWorkerStore, django_assert_num_queries: DjangoAssertNumQueries
 ) -> None:
