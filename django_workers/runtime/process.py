@@ -21,9 +21,13 @@ logger = logging.getLogger(__name__)
 EXIT_FORCED = 130
 
 #: Seconds within which a child of the supervisor takes a repeated signal for the same stop.
-#: A terminal's Ctrl-C or systemd signals the whole group and the supervisor forwards its
-#: own copy at once: the two arrive milliseconds apart and must mean one drain.
+#: A terminal's Ctrl-C or systemd signals the whole group: each process gets one copy,
+#: but a copy the handler could only run after a blocking call still means one drain.
 SAME_STOP_WINDOW = 2.0
+
+#: What the supervisor sends its worker processes to stop them: a signal of its own, so
+#: that with the group's SIGTERM or SIGINT it is one stop request, however late it runs.
+FORWARDED_STOP = signal.SIGUSR1
 
 
 def build_runtime(options: dict[str, Any], store: Any = None) -> WorkerRuntime:
@@ -77,3 +81,13 @@ def install_signal_handlers(
 
     signal.signal(signal.SIGTERM, handler)
     signal.signal(signal.SIGINT, handler)
+
+
+def install_forwarded_stop(request_stop: Callable[[], None]) -> None:
+    """Drain when the supervisor forwards a stop; it never counts as a second signal."""
+
+    def handler(signum: int, frame: Any) -> None:
+        logger.debug("The supervisor asks this worker process to stop.")
+        request_stop()
+
+    signal.signal(FORWARDED_STOP, handler)

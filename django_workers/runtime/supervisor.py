@@ -1,10 +1,11 @@
 """``runworkers --processes P``: P worker processes, each one runtime, watched by this one.
 
 Each child is a fresh interpreter (multiprocessing "spawn") that sets Django up
-and runs a ``WorkerRuntime``. The supervisor forwards SIGTERM/SIGINT, restarts
-a child that died unexpectedly (its runs are recovered by the zombie sweep),
-and on a second signal kills the children and exits at once. A child takes the
-group's signal and the forwarded one, arriving together, as one stop request.
+and runs a ``WorkerRuntime``. The supervisor forwards a stop on SIGTERM/SIGINT
+(as SIGUSR1, ``FORWARDED_STOP``), restarts a child that died unexpectedly (its
+runs are recovered by the zombie sweep), and on a second signal kills the
+children and exits at once. A child takes the group's signal and the forwarded
+stop as one stop request, however far apart its handlers run.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import signal
 import time
 from typing import Any
 
-from django_workers.runtime.process import EXIT_FORCED
+from django_workers.runtime.process import EXIT_FORCED, FORWARDED_STOP
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ def _child_main(options: dict[str, Any]) -> None:
         SAME_STOP_WINDOW,
         build_runtime,
         configure_logging,
+        install_forwarded_stop,
         install_signal_handlers,
     )
 
@@ -39,6 +41,7 @@ def _child_main(options: dict[str, Any]) -> None:
     runtime = build_runtime(options)
     # The group's signal and the supervisor's forwarded one are one stop request.
     install_signal_handlers(runtime.request_stop, same_stop_window=SAME_STOP_WINDOW)
+    install_forwarded_stop(runtime.request_stop)
     raise SystemExit(runtime.run(drain_timeout=options["drain_timeout"]))
 
 
@@ -106,7 +109,8 @@ class Supervisor:
             "Got %s: stopping the worker processes; send it again to exit at once.",
             signal.Signals(signum).name,
         )
-        # Forwarded even if the children got the group's copy too: they take both as one.
+        # Forwarded even if the children got the group's copy too: the forwarded stop is
+        # a signal of its own, which a child never takes for a second, forcing one.
         for child in self._children:
             if child.pid and child.is_alive():
-                os.kill(child.pid, signal.SIGTERM)
+                os.kill(child.pid, FORWARDED_STOP)
