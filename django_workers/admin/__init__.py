@@ -4,19 +4,13 @@ Every page is scoped by the signed-in user's authority (``web_authority``):
 staff see the tasks they own or watch and the workflows they own, holders of
 ``manage_all_tasks`` see all. A task or workflow a user may not see is 404,
 exactly like one that does not exist. No page writes a task or workflow row:
-the only change, cancelling, goes through ``cancel_task`` or ``cancel_workflow``.
+cancelling goes through ``cancel_task`` or ``cancel_workflow``, and pausing a
+schedule through its schedule book.
 """
 
 from __future__ import annotations
 
-from django.contrib import admin
-
 # Importing the page modules registers them with the admin site.
-from django_workers.admin import tasks, workers, workflows
-from django_workers.models import ScheduleRecord
-from django_workers.periodic.admin import ScheduleRecordAdmin
+from django_workers.admin import schedules, tasks, workers, workflows
 
-# Periodic schedules: their page lives with the rest of periodic tasks.
-admin.site.register(ScheduleRecord, ScheduleRecordAdmin)
-
-__all__ = ["tasks", "workers", "workflows"]
+__all__ = ["schedules", "tasks", "workers", "workflows"]

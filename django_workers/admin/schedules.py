@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from django_workers import clock
+from django_workers.admin.base import EMPTY, ReadOnlyAdmin, is_active_staff
 from django_workers.authority import System, user_id_of
 from django_workers.models import ScheduleRecord, TaskRecord
 from django_workers.periodic.book import STATE_FIELDS, ScheduleState, book_for
@@ -26,10 +27,9 @@ from django_workers.periodic.timing import describe
 from django_workers.stores import default_store
 from django_workers.web_authority import authority_for_user
 
-EMPTY = "-"
 
-
-class ScheduleRecordAdmin(admin.ModelAdmin):
+@admin.register(ScheduleRecord)
+class ScheduleRecordAdmin(ReadOnlyAdmin):
     """Schedules, read-only, with "Pause" and "Resume" actions for those who manage all tasks."""
 
     list_display = (
@@ -50,27 +50,18 @@ class ScheduleRecordAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
         return [f.name for f in ScheduleRecord._meta.fields]
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return _is_active_staff(request)
+        return is_active_staff(request)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return _is_active_staff(request)
+        return is_active_staff(request)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ScheduleRecord]:
         return ScheduleRecord.objects.visible_to(user_id_of(authority_for_user(request.user)))
 
     def has_manage_permission(self, request: HttpRequest) -> bool:
         """Pausing and resuming: for those who see and manage every task."""
-        return _is_active_staff(request) and isinstance(authority_for_user(request.user), System)
+        return is_active_staff(request) and isinstance(authority_for_user(request.user), System)
 
     # -- the switch, through the schedule book --
 
@@ -126,8 +117,3 @@ class ScheduleRecordAdmin(admin.ModelAdmin):
             return "deleted"
         url = reverse("admin:django_workers_taskrecord_change", args=[quote(row.last_task_id)])
         return format_html('<a href="{}">{}</a>', url, status)
-
-
-def _is_active_staff(request: HttpRequest) -> bool:
-    user = request.user
-    return bool(user.is_active and user.is_staff)
