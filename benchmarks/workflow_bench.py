@@ -35,7 +35,6 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -64,14 +63,9 @@ def noop() -> None:
 def database_url(db: str, workdir: Path) -> str:
     if db == "sqlite":
         return f"sqlite:///{workdir / 'bench_workflow.sqlite3'}"
-    import psycopg
-    from psycopg import sql
+    from benchmarks.wait_latency import bench_url
 
-    with psycopg.connect(f"{PG_BASE}/postgres", autocommit=True) as conn:
-        name = sql.Identifier("bench_workflow")
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(name))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(name))
-    return urlunsplit(urlsplit(PG_BASE)._replace(path="/bench_workflow"))
+    return bench_url(f"{PG_BASE}/postgres", "bench_workflow")
 
 
 def configure_django(url: str) -> None:
