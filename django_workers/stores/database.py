@@ -397,7 +397,7 @@ class DatabaseWorkerStore(WorkerStore):
             return self._end_in_workflows(ends, flows)
         if self._postgres_runs(ends):
             # One statement per group of distinct tasks: alone, it is atomic by itself.
-            alone = len(_distinct_task_groups(ends)) == 1
+            alone = self._one_statement_of_runs(ends)
         else:
             # A lone end that touches no slot is one conditional UPDATE: atomic by itself.
             alone = len(ends) == 1 and not ends[0].holds_slot and ends[0].kind is not EndKind.RUN
@@ -408,6 +408,10 @@ class DatabaseWorkerStore(WorkerStore):
 
     def _postgres_runs(self, ends: Sequence[TaskEnd]) -> bool:
         return self.vendor == "postgresql" and all(e.kind is EndKind.RUN for e in ends)
+
+    def _one_statement_of_runs(self, ends: Sequence[TaskEnd]) -> bool:
+        """Runs' ends on PostgreSQL, each of another task: one ``finish_postgres`` statement."""
+        return self._postgres_runs(ends) and len(_distinct_task_groups(ends)) == 1
 
     def _write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
         """Apply each end's fenced write (runs' ends on PostgreSQL in one statement a group)."""
@@ -450,14 +454,12 @@ class DatabaseWorkerStore(WorkerStore):
         goes the general way. None where this does not apply.
         """
         connection = connections[self.using]
-        if connection.in_atomic_block or not self._postgres_runs(ends):
-            return None
-        if len(_distinct_task_groups(ends)) > 1:
+        if connection.in_atomic_block or not self._one_statement_of_runs(ends):
             return None
         connection.ensure_connection()
         if not connection.get_autocommit():
             return None
-        found = sql.open_lock_and_finish_postgres(connection, flows, WORKFLOW_COLUMNS, ends)
+        found = sql.lock_and_finish_postgres(connection, flows, WORKFLOW_COLUMNS, ends, begin=True)
         if found is None:
             return None
         try:
@@ -479,7 +481,7 @@ class DatabaseWorkerStore(WorkerStore):
         ends: Sequence[TaskEnd], rows: list[dict[str, Any]], winners: set[tuple[str, str]]
     ) -> tuple[list[bool], list[tuple[str, dict[str, Any], list[str]]]] | None:
         """Which ends won, and each workflow's new columns and promotions; None if more."""
-        won = [(end.task_id, end.run_id) in winners for end in ends]
+        won = _won(ends, winners)
         events = persistence.events_of([e for e, ok in zip(ends, won, strict=True) if ok])
         by_id = {row["id"]: row for row in rows}
         now = clock.now()
@@ -497,14 +499,14 @@ class DatabaseWorkerStore(WorkerStore):
         self, book: _Book, ends: Sequence[TaskEnd], flows: list[str]
     ) -> list[bool] | None:
         """Runs' ends of distinct tasks on PostgreSQL: the lock and the write in one round trip."""
-        if not self._postgres_runs(ends) or len(_distinct_task_groups(ends)) > 1:
+        if not self._one_statement_of_runs(ends):
             return None
         found = sql.lock_and_finish_postgres(connections[self.using], flows, WORKFLOW_COLUMNS, ends)
         if found is None:
             return None
         rows, winners = found
         book.locked.update((row["id"], row) for row in rows)
-        return [(end.task_id, end.run_id) in winners for end in ends]
+        return _won(ends, winners)
 
     def cancel_workflow(self, workflow_id: str, undo: bool | None) -> bool | None:
         book = _Book(self)
@@ -813,6 +815,11 @@ _NOW_SQL = {
 
 class _Collision(Exception):
     """A bulk submit met an existing id; fall back to one submit per task."""
+
+
+def _won(ends: Sequence[TaskEnd], winners: set[tuple[str, str]]) -> list[bool]:
+    """Which of ``ends`` won, from the (task id, run id) pairs a statement returned."""
+    return [(end.task_id, end.run_id) in winners for end in ends]
 
 
 def _distinct_task_groups(ends: Sequence[TaskEnd]) -> list[list[tuple[int, TaskEnd]]]:

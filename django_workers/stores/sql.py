@@ -222,18 +222,23 @@ def lock_and_finish_postgres(
     workflow_ids: Sequence[str],
     columns: Sequence[str],
     ends: Sequence[TaskEnd],
+    *,
+    begin: bool = False,
 ) -> tuple[list[dict[str, Any]], set[tuple[str, str]]] | None:
     """Lock workflow rows, then write runs' ends (distinct tasks), in one round trip.
 
-    Two statements in one simple query, run in order in the open transaction: the
-    workflow rows are locked before any task row, the order every writer takes.
-    Returns the locked rows (``columns``) and the winning (task id, run id) pairs,
-    or None where the cursor binds parameters on the server (one statement a call).
+    Two statements in one simple query, run in order: the workflow rows are locked
+    before any task row, the order every writer takes. Inside the open transaction;
+    or, with ``begin``, for a connection in autocommit, after a ``BEGIN`` of its own
+    that stays open on the server until ``commit_workflows_postgres`` or
+    ``rollback_postgres``. Returns the locked rows (``columns``) and the winning
+    (task id, run id) pairs, or None where the cursor binds parameters on the server
+    (one statement a call; nothing is sent then).
     """
     with connection.cursor() as cursor:
         if not isinstance(cursor.cursor, psycopg_client_cursor()):
             return None
-        return _lock_and_finish(connection, cursor, workflow_ids, columns, ends, begin=False)
+        return _lock_and_finish(connection, cursor, workflow_ids, columns, ends, begin=begin)
 
 
 def _lock_and_finish(
@@ -261,24 +266,6 @@ def _lock_and_finish(
         if isinstance(row["nodes"], str):  # jsonb arrives as text through Django's loaders
             row["nodes"] = json.loads(row["nodes"])
     return rows, winners
-
-
-def open_lock_and_finish_postgres(
-    connection: BaseDatabaseWrapper,
-    workflow_ids: Sequence[str],
-    columns: Sequence[str],
-    ends: Sequence[TaskEnd],
-) -> tuple[list[dict[str, Any]], set[tuple[str, str]]] | None:
-    """``BEGIN``, lock the workflow rows, write runs' ends: one round trip, left open.
-
-    For a connection in autocommit (no ``atomic`` block): the transaction stays open
-    on the server until ``commit_workflows_postgres`` or ``rollback_postgres``.
-    None where the cursor binds parameters on the server (nothing is sent then).
-    """
-    with connection.cursor() as cursor:
-        if not isinstance(cursor.cursor, psycopg_client_cursor()):
-            return None
-        return _lock_and_finish(connection, cursor, workflow_ids, columns, ends, begin=True)
 
 
 def commit_workflows_postgres(

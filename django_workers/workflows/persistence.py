@@ -16,7 +16,6 @@ effects into row writes.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
@@ -26,6 +25,7 @@ from django_workers.cancellation import CancelReason
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 from django_workers.stores.base import NewTask
+from django_workers.submission import new_run_id
 from django_workers.workflows import machine
 from django_workers.workflows.machine import (
     CancelWaiting,
@@ -138,10 +138,7 @@ def plain_outcome(
             elif not isinstance(effect, Finished):
                 return None
         state = transition.state
-    fields = row_fields(row, state)
-    if state.ended and row.get("finished_at") is None:
-        fields["finished_at"] = now
-    return fields, promote
+    return _columns_of(row, state, now), promote
 
 
 def cancel(book: WorkflowBook, workflow_id: str, undo: bool | None, now: datetime) -> bool | None:
@@ -190,11 +187,17 @@ def _settle(
     state = state_of(row)
     for event in events:
         state = _apply(book, row, state, event, now)
+    fields = _columns_of(row, state, now)
+    book.save_workflow(row["id"], fields)
+    row.update(fields)
+
+
+def _columns_of(row: Mapping[str, Any], state: WorkflowState, now: datetime) -> dict[str, Any]:
+    """The columns that make ``row`` hold ``state``; an end stamps ``finished_at`` once."""
     fields = row_fields(row, state)
     if state.ended and row.get("finished_at") is None:
         fields["finished_at"] = now
-    book.save_workflow(row["id"], fields)
-    row.update(fields)
+    return fields
 
 
 def _apply(
@@ -284,7 +287,7 @@ def _undo_task(row: Mapping[str, Any], name: str, now: datetime) -> NewTask:
         priority=0,
         run_after=None,
         options=dict(undo["options"]),
-        run_id=uuid.uuid4().hex,
+        run_id=new_run_id(),
         created_at=now,
         workflow=row["id"],
         node=node_label(name, undo=True),
