@@ -175,13 +175,15 @@ def cancel_task(
             raise TaskAlreadyFinished(task_id, info.status)
         if store.end_tasks([lifecycle.cancel_end(info, clock.now())])[0]:
             if info.status == TaskStatus.RUNNING:
-                _deliver_cancel(store, info)
+                deliver_cancel(store, info)
             return get_task_status(task_id, authority, store=store)
         # The record moved under us (it ended, or a re-run replaced it): look again.
     raise TaskAlreadyFinished(task_id, "changing too fast to cancel")
 
 
-def _deliver_cancel(store: WorkerStore, info: TaskInfo) -> None:
+def deliver_cancel(store: WorkerStore, info: TaskInfo) -> None:
+    """Give the run ``info`` describes its ``user`` token: here if it runs in this process,
+    else by the store's notice (where there is none, its worker's poll finds it)."""
     from django_workers.live import live_runs
 
     if not live_runs.request_cancel(info.run_id, CancelReason.USER):

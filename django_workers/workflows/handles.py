@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from django_workers.api import deliver_cancel
 from django_workers.authority import (
     SEPARATOR,
     TASK_ID_MAX_LENGTH,
@@ -28,7 +29,6 @@ from django_workers.exceptions import (
     WorkflowNotFound,
 )
 from django_workers.handles import wait_until_finished
-from django_workers.live import live_runs
 from django_workers.stores import WorkerStore, default_store
 from django_workers.workflows import machine
 from django_workers.workflows.records import (
@@ -180,10 +180,8 @@ def _deliver_cancels(store: WorkerStore, info: WorkflowInfo) -> None:
     """Set the token of this process's runs the cancel asked to stop (others poll or LISTEN)."""
     for task_id in _stopped(info):
         record = store.get_task_info(task_id)
-        if record is None or not record.worker_id or record.cancel_reason != CancelReason.USER:
-            continue
-        if not live_runs.request_cancel(record.run_id, CancelReason.USER):
-            store.notify_cancelled(record.id, record.run_id)
+        if record is not None and record.worker_id and record.cancel_reason == CancelReason.USER:
+            deliver_cancel(store, record)
 
 
 def _stopped(info: WorkflowInfo) -> Iterable[str]:
