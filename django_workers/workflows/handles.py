@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
-from django_workers.api import deliver_cancel
+from django_workers.api import MAX_LIMIT, deliver_cancel
 from django_workers.authority import (
     SEPARATOR,
     TASK_ID_MAX_LENGTH,
@@ -37,8 +37,6 @@ from django_workers.workflows.records import (
 
 #: The states ``get_all_workflows(state=...)`` filters on.
 STATES: Final = tuple(state.value for state in machine.WorkflowStatus)
-#: Most workflows one ``get_all_workflows`` call returns.
-LIMIT_MAX: Final = 1000
 
 
 class WorkflowHandle:
@@ -143,7 +141,7 @@ def get_all_workflows(
     authority = check_authority(authority)
     if state is not None and state not in STATES:
         raise ValueError(f"state must be one of {', '.join(STATES)}; got {state!r}.")
-    for name, value, low, high in (("offset", offset, 0, None), ("limit", limit, 1, LIMIT_MAX)):
+    for name, value, low, high in (("offset", offset, 0, None), ("limit", limit, 1, MAX_LIMIT)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"{name} must be an integer >= {low}, got {value!r}.")
         if high is not None and value > high:
