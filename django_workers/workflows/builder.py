@@ -76,7 +76,13 @@ from django_workers.submission import (
 )
 from django_workers.workflows import machine
 from django_workers.workflows.handles import WorkflowHandle
-from django_workers.workflows.records import node_key, node_label, plan_nodes, row_fields
+from django_workers.workflows.records import (
+    node_key,
+    node_label,
+    node_task_id,
+    plan_nodes,
+    row_fields,
+)
 
 NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,128}")
@@ -519,10 +525,9 @@ def _write(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> Work
     }
     promoted = {effect.node for effect in start.effects if isinstance(effect, machine.Promote)}
     now = clock.now()
-    prefix = plan.id[: len(plan.id) - len(plan.key)]
     tasks = [
         NewTask(
-            id=prefix + node_key(plan.key, node.name),
+            id=node_task_id(plan.id, plan.key, node_label(node.name)),
             key=node_key(plan.key, node.name),
             owner=plan.owner,
             scope="user" if plan.owner else "global",
