@@ -260,3 +260,26 @@ class WorkerProcesses:
     def kill_all(self) -> None:
         for process in self.started:
             process.kill()
+
+
+# -- users and clients of the web pages ----------------------------------------------------
+
+
+def client_for(user: Any) -> Any:
+    """A DRF test client signed in as ``user`` (anonymous for None)."""
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    if user is not None:
+        client.force_authenticate(user)
+    return client
+
+
+def make_user(name: str, *, staff: bool = True, manager: bool = False, su: bool = False) -> Any:
+    """A user of the admin: staff by default; ``manager`` holds ``manage_all_tasks``."""
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user(name, is_staff=staff, is_superuser=su)
+    if manager:
+        user.user_permissions.add(Permission.objects.get(codename="manage_all_tasks"))
+    return user

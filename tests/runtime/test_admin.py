@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import quote
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
@@ -26,7 +26,7 @@ from django_workers.authority import owner_of
 from django_workers.models import TaskRecord, WorkerProcess
 from django_workers.stores import default_store
 from django_workers.web_authority import authority_for_user
-from tests.helpers import end_record
+from tests.helpers import end_record, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -55,22 +55,15 @@ class World:
         return client
 
 
-def _user(name: str, *, staff: bool = True, manager: bool = False, su: bool = False) -> User:
-    user = User.objects.create_user(name, is_staff=staff, is_superuser=su)
-    if manager:
-        user.user_permissions.add(Permission.objects.get(codename="manage_all_tasks"))
-    return user
-
-
 @pytest.fixture
 def world() -> World:
     users = {
-        "owner": _user("alice"),
-        "watcher": _user("wendy"),
-        "stranger": _user("sam"),
-        "manager": _user("mia", manager=True),
-        "superuser": _user("root", su=True),
-        "nonstaff": _user("nick", staff=False, manager=True),
+        "owner": make_user("alice"),
+        "watcher": make_user("wendy"),
+        "stranger": make_user("sam"),
+        "manager": make_user("mia", manager=True),
+        "superuser": make_user("root", su=True),
+        "nonstaff": make_user("nick", staff=False, manager=True),
     }
     alice = Owner.for_user(users["owner"])
     wendy = Owner.for_user(users["watcher"])

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import quote
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import NoReverseMatch, reverse
 
@@ -17,6 +17,7 @@ from django_workers.models import TaskRecord, WorkflowRecord
 from django_workers.testing import run_tasks
 from django_workers.workflow_svg import colours
 from django_workers.workflows import Workflow, WorkflowInfo, get_workflow_status
+from tests.helpers import make_user
 from tests.tasks import add, noop
 
 pytestmark = pytest.mark.django_db
@@ -53,13 +54,6 @@ class World:
         return client
 
 
-def _user(name: str, *, staff: bool = True, manager: bool = False, su: bool = False) -> User:
-    user = User.objects.create_user(name, is_staff=staff, is_superuser=su)
-    if manager:
-        user.user_permissions.add(Permission.objects.get(codename="manage_all_tasks"))
-    return user
-
-
 def order(owner: Owner, key: str) -> str:
     """``charge`` (queue ``pay``, undone by ``noop`` on ``refunds``) then ``ship``, ``notify``."""
     wf = Workflow(key, owner)
@@ -72,11 +66,11 @@ def order(owner: Owner, key: str) -> str:
 @pytest.fixture
 def world() -> World:
     users = {
-        "owner": _user("alice"),
-        "stranger": _user("sam"),
-        "manager": _user("mia", manager=True),
-        "superuser": _user("root", su=True),
-        "nonstaff": _user("nick", staff=False, manager=True),
+        "owner": make_user("alice"),
+        "stranger": make_user("sam"),
+        "manager": make_user("mia", manager=True),
+        "superuser": make_user("root", su=True),
+        "nonstaff": make_user("nick", staff=False, manager=True),
     }
     alice = Owner.for_user(users["owner"])
     live = order(alice, "order-1")

@@ -22,6 +22,7 @@ from django_workers.authority import TASK_ID_MAX_LENGTH
 from django_workers.rest.errors import HTTP_STATUS, NOT_FOUND_DETAIL, status_of
 from django_workers.testing import run_tasks
 from django_workers.workflows import Workflow
+from tests.helpers import client_for
 from tests.tasks import add, noop
 
 pytestmark = pytest.mark.django_db
@@ -65,13 +66,6 @@ def done_id(users: dict[str, User]) -> str:
     )
     run_tasks(queues=["reports"])
     return done
-
-
-def client_for(user: User | None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.force_authenticate(user)
-    return client
 
 
 def url(task_id: str, action: str = "") -> str:

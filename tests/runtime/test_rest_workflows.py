@@ -7,13 +7,13 @@ from urllib.parse import quote
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from rest_framework.test import APIClient
 
 from django_workers import Owner, System, exceptions
 from django_workers.authority import TASK_ID_MAX_LENGTH
 from django_workers.rest.errors import NOT_FOUND_DETAIL
 from django_workers.testing import run_tasks
 from django_workers.workflows import Workflow, WorkflowInfo, get_workflow_status
+from tests.helpers import client_for
 from tests.tasks import add, noop
 
 pytestmark = pytest.mark.django_db
@@ -68,13 +68,6 @@ def finished(users: dict[str, User]) -> str:
     workflow_id = wf.submit().id
     run_tasks(queues=["reports"])
     return workflow_id
-
-
-def client_for(user: User | None) -> APIClient:
-    client = APIClient()
-    if user is not None:
-        client.force_authenticate(user)
-    return client
 
 
 def url(workflow_id: str, action: str = "") -> str:
