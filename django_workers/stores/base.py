@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from django.db import DatabaseError
+
 from django_workers.cancellation import CancelReason
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
@@ -301,6 +303,33 @@ class WorkerStore(abc.ABC):
         in the same transaction; a run's own end that lost its fence releases the
         slot its run held. This transaction is where a workflow reacts to an end.
         """
+
+    def end_and_claim(
+        self,
+        ends: Sequence[TaskEnd],
+        worker_id: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: datetime,
+        queue_limits: Mapping[str, int] | None = None,
+    ) -> tuple[list[bool], list[TaskInfo]]:
+        """``end_tasks(ends)``, then ``claim(...)`` of up to ``limit`` runs for the freed slots.
+
+        A worker's finished runs and the claim that refills their slots: the ends
+        are written first, so the worker never holds more RUNNING records than
+        slots. A store may do both in one transaction (one commit); this one does
+        them one after the other. The ends are stored even when the claim fails:
+        the claim's error is not raised, and nothing is claimed then (the worker's
+        claim loop claims later).
+        """
+        won = self.end_tasks(ends)
+        if limit <= 0:
+            return won, []
+        try:
+            return won, self.claim(worker_id, queues, limit, now, queue_limits)
+        except DatabaseError:
+            self.reset_connection()
+            return won, []
 
     @abc.abstractmethod
     def cancel_workflow(self, workflow_id: str, undo: bool | None) -> bool | None:

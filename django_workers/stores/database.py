@@ -406,6 +406,43 @@ class DatabaseWorkerStore(WorkerStore):
         self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
         return won
 
+    def end_and_claim(
+        self,
+        ends: Sequence[TaskEnd],
+        worker_id: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: datetime,
+        queue_limits: Mapping[str, int] | None = None,
+    ) -> tuple[list[bool], list[TaskInfo]]:
+        if limit > 0 and self._claims_with_ends(ends, queues, queue_limits):
+            connection = connections[self.using]
+            found = sql.finish_and_claim_postgres(connection, ends, worker_id, queues, limit, now)
+            if found is not None:
+                winners, claimed = found
+                won = _won(ends, winners)
+                self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
+                claimed.sort(key=rows.claim_order)
+                return won, [rows.info_of(r, r.pop("grants")) for r in claimed]
+        return super().end_and_claim(ends, worker_id, queues, limit, now, queue_limits)
+
+    def _claims_with_ends(
+        self,
+        ends: Sequence[TaskEnd],
+        queues: Sequence[str] | None,
+        queue_limits: Mapping[str, int] | None,
+    ) -> bool:
+        """Plain runs' ends on PostgreSQL in autocommit, and a claim of no limited queue."""
+        if any(q for q in queue_limits or {} if not queues or q in queues):
+            return False
+        if persistence.workflows_of(ends) or not self._one_statement_of_runs(ends):
+            return False
+        connection = connections[self.using]
+        if connection.in_atomic_block:
+            return False
+        connection.ensure_connection()
+        return bool(connection.get_autocommit())
+
     def _postgres_runs(self, ends: Sequence[TaskEnd]) -> bool:
         return self.vendor == "postgresql" and all(e.kind is EndKind.RUN for e in ends)
 

@@ -133,6 +133,42 @@ def claim_postgres(
     now: datetime,
 ) -> list[dict[str, Any]]:
     """Claim up to ``limit`` ready rows in one statement; rows come back as column dicts."""
+    sql, params = _claim_sql(worker_id, queues, limit, now)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return _claimed(cursor.fetchall())
+
+
+def finish_and_claim_postgres(
+    connection: BaseDatabaseWrapper,
+    ends: Sequence[TaskEnd],
+    worker_id: str,
+    queues: Sequence[str] | None,
+    limit: int,
+    now: datetime,
+) -> tuple[set[tuple[str, str]], list[dict[str, Any]]] | None:
+    """Write runs' ends (distinct tasks), then claim up to ``limit`` rows: one round trip.
+
+    The two statements go as one simple query, which PostgreSQL runs as one
+    transaction with one commit: the ends are written before the claim, and
+    neither is stored without the other. For a connection in autocommit. Returns
+    the winning (task id, run id) pairs and the claimed rows, or None where the
+    cursor binds parameters on the server (one statement a call; nothing is sent).
+    """
+    finish, finish_params = _finish_sql(ends)
+    claim, claim_params = _claim_sql(worker_id, queues, limit, now)
+    with connection.cursor() as cursor:
+        if not isinstance(cursor.cursor, psycopg_client_cursor()):
+            return None
+        cursor.execute(f"{finish};\n{claim}", [*finish_params, *claim_params])
+        winners = {(task_id, run_id) for task_id, run_id in cursor.fetchall()}
+        cursor.nextset()
+        return winners, _claimed(cursor.fetchall())
+
+
+def _claim_sql(
+    worker_id: str, queues: Sequence[str] | None, limit: int, now: datetime
+) -> tuple[str, list[Any]]:
     table = TaskRecord._meta.db_table
     watchers = TaskWatcher._meta.db_table
     queue_filter = "AND queue = ANY(%s)" if queues else ""
@@ -156,9 +192,10 @@ def claim_postgres(
     if queues:
         params.append(list(queues))
     params.append(limit)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        fetched = cursor.fetchall()
+    return sql, params
+
+
+def _claimed(fetched: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
     claimed = []
     for values in fetched:
         record = dict(zip(_FIELDS, values[:-1], strict=True))
@@ -183,13 +220,13 @@ def finish_postgres(
 
 
 def _finish_sql(ends: Sequence[TaskEnd]) -> tuple[str, list[Any]]:
-    table = TaskRecord._meta.db_table
-    row_sql = "(%s, %s, %s, %s, %s::timestamptz, %s::jsonb, %s::jsonb, %s::jsonb, %s, %s::float8)"
-    params: list[Any] = []
+    # One column array per field: the statement's text is the same for any number of
+    # ends, so psycopg parses it once per process and PostgreSQL sees one shape.
+    columns: list[list[Any]] = [[] for _ in range(10)]
     for end in ends:
         fields = fields_of(end)
         errors = fields.get("errors")
-        params += [
+        row = (
             end.task_id,
             end.run_id,
             end.worker_id,
@@ -200,21 +237,26 @@ def _finish_sql(ends: Sequence[TaskEnd]) -> tuple[str, list[Any]]:
             None if errors is None else json.dumps(errors),
             str(fields["cancel_reason"]),
             fields.get("progress"),
-        ]
-    sql = f"""
-        UPDATE {table} AS t
-        SET status = v.status, finished_at = v.finished_at, result = v.result,
-            error = v.error, errors = COALESCE(v.errors, t.errors),
-            cancel_reason = v.cancel_reason, progress = COALESCE(v.progress, t.progress)
-        FROM (VALUES {", ".join([row_sql] * len(ends))})
-            AS v(id, run_id, worker_id, status, finished_at, result, error, errors,
-                 cancel_reason, progress)
-        WHERE t.id = v.id AND t.run_id = v.run_id AND t.worker_id = v.worker_id
-            AND t.status = %s
-        RETURNING t.id, t.run_id
-    """
-    params.append(TaskStatus.RUNNING.value)
-    return sql, params
+        )
+        for column, value in zip(columns, row, strict=True):
+            column.append(value)
+    return _FINISH_SQL, [*columns, TaskStatus.RUNNING.value]
+
+
+_FINISH_SQL = f"""
+    UPDATE {TaskRecord._meta.db_table} AS t
+    SET status = v.status, finished_at = v.finished_at, result = v.result,
+        error = v.error, errors = COALESCE(v.errors, t.errors),
+        cancel_reason = v.cancel_reason, progress = COALESCE(v.progress, t.progress)
+    FROM unnest(
+        %s::text[], %s::text[], %s::text[], %s::text[], %s::timestamptz[],
+        %s::text[]::jsonb[], %s::text[]::jsonb[], %s::text[]::jsonb[], %s::text[], %s::float8[]
+    ) AS v(id, run_id, worker_id, status, finished_at, result, error, errors,
+           cancel_reason, progress)
+    WHERE t.id = v.id AND t.run_id = v.run_id AND t.worker_id = v.worker_id
+        AND t.status = %s
+    RETURNING t.id, t.run_id
+"""
 
 
 def lock_and_finish_postgres(

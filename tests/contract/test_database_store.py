@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from pytest_django import DjangoAssertNumQueries
 
 from django_workers import (
     Owner,
+    System,
+    TaskStatus,
     TaskSubmission,
     cancel_task,
+    clock,
     get_all_tasks,
     get_task_status,
+    lifecycle,
     submit_task,
     submit_tasks,
 )
@@ -145,3 +150,20 @@ def test_watchers_keep_grant_order_whatever_plan_the_database_picks() -> None:
     assert store.get_task_info(new.id).watchers == ("alice", "zed", "amy", "mo")  # type: ignore[union-attr]
     [listed] = store.list_tasks(user_id="amy")
     assert listed.watchers == ("alice", "zed", "amy", "mo")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_ends_and_their_refill_are_one_statement_in_one_commit() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the one-round-trip end and refill is PostgreSQL's")
+    store = DatabaseWorkerStore()
+    ids = [
+        submit_task(f"t{i}", add, System(), args=[1, 2], scope="global", store=store)
+        for i in range(3)
+    ]
+    first = store.claim("w1", None, 1, clock.now())
+    ends = [lifecycle.run_end(first[0], "w1", TaskStatus.COMPLETED, clock.now(), result=3)]
+    with CaptureQueriesContext(connection) as queries:
+        won, claimed = store.end_and_claim(ends, "w1", None, 2, clock.now())
+    assert (won, [r.id for r in claimed]) == ([True], ids[1:])
+    assert len(queries) == 1, [q["sql"] for q in queries]

@@ -299,3 +299,56 @@ def test_no_other_store_call_can_end_a_record(store: WorkerStore, status: TaskSt
     with pytest.raises(ValueError, match="end_tasks"):
         store.set_task_state(task_id, running.run_id, status=status)
     assert info(store, task_id).status == "RUNNING"
+
+
+# -- a worker's ends and the claim that refills their slots --------------------------------------
+
+
+def ended(runs: list[TaskInfo]) -> list[lifecycle.TaskEnd]:
+    return [lifecycle.run_end(r, "w1", TaskStatus.COMPLETED, clock.now(), result=1) for r in runs]
+
+
+def test_ends_are_written_before_the_claim_that_refills_their_slots(tx_store: WorkerStore) -> None:
+    ids = [submit(tx_store, f"t{i}") for i in range(5)]
+    first = tx_store.claim("w1", None, 2, clock.now(), {})
+    assert [r.id for r in first] == ids[:2]
+    won, claimed = tx_store.end_and_claim(ended(first), "w1", None, 2, clock.now(), {})
+    assert won == [True, True]
+    assert [r.id for r in claimed] == ids[2:4]  # oldest first, the claim's own order
+    assert all(r.status == "RUNNING" and r.worker_id == "w1" for r in claimed)
+    assert all(r.attempts == 1 for r in claimed)
+    assert [info(tx_store, t).status for t in ids] == [
+        "COMPLETED",
+        "COMPLETED",
+        "RUNNING",
+        "RUNNING",
+        "PENDING",
+    ]
+
+
+def test_a_lost_end_still_frees_its_slot_for_the_refill(tx_store: WorkerStore) -> None:
+    ids = [submit(tx_store, f"t{i}") for i in range(4)]
+    first = tx_store.claim("w1", None, 2, clock.now(), {})
+    cancel_task(ids[0], System(), store=tx_store)  # the run returns after its record ended
+    won, claimed = tx_store.end_and_claim(ended(first), "w1", None, 2, clock.now(), {})
+    assert won == [False, True]
+    assert [r.id for r in claimed] == ids[2:]
+    assert info(tx_store, ids[0]).status == "CANCELLED"
+
+
+def test_ends_with_nothing_to_refill_claim_nothing(tx_store: WorkerStore) -> None:
+    ids = [submit(tx_store, f"t{i}") for i in range(2)]
+    first = tx_store.claim("w1", None, 1, clock.now(), {})
+    won, claimed = tx_store.end_and_claim(ended(first), "w1", None, 0, clock.now(), {})
+    assert (won, claimed) == ([True], [])
+    assert [info(tx_store, t).status for t in ids] == ["COMPLETED", "PENDING"]
+    won, claimed = tx_store.end_and_claim([], "w1", None, 3, clock.now(), {})
+    assert (won, [r.id for r in claimed]) == ([], [ids[1]])
+
+
+def test_the_refill_respects_queue_limits(tx_store: WorkerStore) -> None:
+    ids = [submit(tx_store, f"s{i}", queue="seq") for i in range(3)]
+    [first] = claim(tx_store)  # the sequential queue: one at a time
+    won, claimed = tx_store.end_and_claim(ended([first]), "w1", None, 5, clock.now(), LIMITS)
+    assert won == [True]
+    assert [r.id for r in claimed] == [ids[1]]
