@@ -63,6 +63,11 @@ logger = logging.getLogger(__name__)
 CANCEL_POLL = 0.5
 #: Most run ends written in one transaction.
 FINISH_BATCH = 200
+#: While other runs are still executing, the end writer waits this long (seconds) for
+#: one more end before writing its batch, and at most FINISH_LINGER in all: runs
+#: claimed together end together, and one write (and one refill claim) serves them all.
+FINISH_GAP = 0.0005
+FINISH_LINGER = 0.002
 #: Exit codes of ``run()``: stopped cleanly; runs outlived the drain; liveness lost.
 EXIT_OK, EXIT_DRAIN_TIMEOUT, EXIT_STALLED = 0, 3, 4
 
@@ -260,11 +265,13 @@ class WorkerRuntime:
         # Short enough that an idle loop still proves it is alive well within the lease.
         return min(wait, self.lease_timeout / 4)
 
-    def _dispatch(self, info: TaskInfo) -> None:
+    def _dispatch(self, info: TaskInfo, *, slot_held: bool = False) -> None:
+        """Hand a claimed run to a thread; ``slot_held``: its slot is counted already."""
         handle = RunHandle(info, self.store, self.worker_id)
         with self._lock:
             self._active[handle.run_id] = handle
-            self._busy += 1
+            if not slot_held:
+                self._busy += 1
         live_runs.add(handle)
         if info.options.timeout is not None:
             self._watchdog.watch(handle, info.options.timeout)
@@ -366,11 +373,18 @@ class WorkerRuntime:
     def _finisher_loop(self) -> None:
         while (first := self._ends.get()) is not None:
             batch = [first]
+            linger = time.monotonic() + FINISH_LINGER
             while len(batch) < FINISH_BATCH:
                 try:
                     item = self._ends.get_nowait()
                 except queue.Empty:
-                    break
+                    wait = min(FINISH_GAP, linger - time.monotonic())
+                    if wait <= 0 or not self._runs_executing(batch):
+                        break
+                    try:
+                        item = self._ends.get(timeout=wait)
+                    except queue.Empty:
+                        break
                 if item is None:
                     self._ends.put(None)
                     break
@@ -386,23 +400,42 @@ class WorkerRuntime:
             self._finisher_since = None
         connections.close_all()
 
+    def _runs_executing(self, batch: list[EndItem]) -> bool:
+        """Whether a run of this runtime is still executing (its end is yet to come)."""
+        returned = sum(1 for _end, _handle, release in batch if release)
+        with self._lock:
+            return self._busy > returned
+
     def _write_ends(self, batch: list[EndItem]) -> None:
-        won = self._end_with_retry([end for end, _h, _r in batch])
-        for (_end, handle, release), _won in zip(batch, won, strict=True):
-            if release:
-                self._release(handle)
+        returned = [handle for _end, handle, release in batch if release]
+        # The slots of the runs that returned are refilled with the same write: their ends
+        # are stored first, so this worker never holds more RUNNING records than slots.
+        refill = 0 if self._stopping.is_set() else len(returned)
+        won, claimed = self._end_with_retry([end for end, _h, _r in batch], refill)
+        started = self._begin(claimed) if claimed else []
+        self._release(*returned, kept=len(started))
+        for info in started:
+            self._dispatch(info, slot_held=True)
         # Logging and signal receivers can block: never on this thread. A batch with
         # nothing to say costs no hand-off at all.
         if worth_reporting(batch, won):
             self._report(report_ends, batch, won)
 
-    def _end_with_retry(self, ends: list[TaskEnd]) -> list[bool]:
+    def _end_with_retry(
+        self, ends: list[TaskEnd], refill: int = 0
+    ) -> tuple[list[bool], list[TaskInfo]]:
+        """Store ``ends``; with ``refill``, also claim up to that many runs (first try only)."""
         errors = 0
         while True:
             try:
-                return self.store.end_tasks(ends)
+                if refill > 0:
+                    return self.store.end_and_claim(
+                        ends, self.worker_id, self.queues, refill, clock.now(), queue_limits()
+                    )
+                return self.store.end_tasks(ends), []
             except (OperationalError, InterfaceError) as e:
                 # A terminal state is never dropped: keep trying until the database answers.
+                refill = 0
                 errors += 1
                 self._report(
                     logger.warning, "Could not record %d run ends (%s); retrying", len(ends), e
@@ -412,11 +445,11 @@ class WorkerRuntime:
                 self._finisher_since = time.monotonic()
             except DatabaseError as e:
                 # The database refuses the data itself: retrying would block every other end.
-                return self._end_one_by_one(ends, e)
+                return self._end_one_by_one(ends, e), []
 
     def _end_one_by_one(self, ends: list[TaskEnd], error: DatabaseError) -> list[bool]:
         if len(ends) > 1:
-            return [self._end_with_retry([end])[0] for end in ends]
+            return [self._end_with_retry([end])[0][0] for end in ends]
         end = ends[0]
         self._report(
             logger.error, "The database refused the end of task %s: %s", end.task_id, error
@@ -429,16 +462,20 @@ class WorkerRuntime:
         fallback = replace(
             end, status=TaskStatus.FAILED, result=None, error=failure.to_json(), errors=None
         )
-        return self._end_with_retry([fallback])
+        return self._end_with_retry([fallback])[0]
 
-    def _release(self, handle: RunHandle) -> None:
-        live_runs.discard(handle)
+    def _release(self, *handles: RunHandle, kept: int = 0) -> None:
+        """Forget runs whose function returned; ``kept`` of their slots stay taken (refilled)."""
+        for handle in handles:
+            live_runs.discard(handle)
         with self._lock:
-            if self._active.get(handle.run_id) is handle:
-                del self._active[handle.run_id]
-            self._busy -= 1
+            for handle in handles:
+                if self._active.get(handle.run_id) is handle:
+                    del self._active[handle.run_id]
+            self._busy -= len(handles) - kept
             self._lock.notify_all()
-        self._wake.set()
+        if len(handles) > kept:
+            self._wake.set()
 
     # -- housekeeping --
 

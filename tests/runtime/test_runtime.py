@@ -573,6 +573,27 @@ def test_an_idle_runtime_wakes_on_notify(db_store: WorkerStore, runtimes: Start)
     assert wait_for_status(db_store, task_id, COMPLETED, timeout=3.0).result == 3
 
 
+def test_ends_refill_their_slots_and_never_hold_more_running_records_than_slots(
+    tx_store: WorkerStore, runtimes: Start
+) -> None:
+    refills: list[tuple[int, int]] = []
+    write = tx_store.end_and_claim
+
+    def counted(ends: Any, worker_id: str, *args: Any, **kwargs: Any) -> Any:
+        won, claimed = write(ends, worker_id, *args, **kwargs)
+        running = tx_store.list_tasks(user_id=None, status=TaskStatus.RUNNING, limit=1000)
+        refills.append((len(claimed), sum(1 for r in running if r.worker_id == worker_id)))
+        return won, claimed
+
+    tx_store.end_and_claim = counted  # type: ignore[method-assign]
+    ids = [submit(tx_store, f"t{i}", tasks.add, args=[i, 1]) for i in range(40)]
+    runtimes(tx_store, concurrency=3)
+    for task_id in ids:
+        wait_for_status(tx_store, task_id, COMPLETED)
+    assert sum(n for n, _ in refills) > 0  # the ends' write claimed the next runs
+    assert max(running for _, running in refills) <= 3
+
+
 # -- leases and zombies ----------------------------------------------------------------------
 
 
