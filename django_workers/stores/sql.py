@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -61,14 +61,29 @@ def _db_value(connection: BaseDatabaseWrapper, name: str, value: Any) -> Any:
     return value
 
 
-def _copy_row(record: Mapping[str, Any]) -> list[Any]:
-    """A record's values for COPY: JSON columns as text, the rest as psycopg adapts them."""
-    values = [record[f] for f in _FIELDS]
-    for i in _JSON_INDEXES:
-        value = values[i]
-        if value is not None:
-            values[i] = _dumps(value) if value else ("[]" if isinstance(value, list) else "{}")
-    return values
+def _copy_rows(records: Sequence[Mapping[str, Any]]) -> Iterator[list[Any]]:
+    """Records' values for COPY: JSON columns as text, the rest as psycopg adapts them.
+
+    A JSON value shared by several records (the options of one ``TaskOptions``) is
+    encoded once: the last text is reused while the next record holds the same object.
+    """
+    last: dict[int, tuple[Any, str]] = {}
+    for record in records:
+        values = [record[f] for f in _FIELDS]
+        for i in _JSON_INDEXES:
+            value = values[i]
+            if value is None:
+                continue
+            if not value:
+                values[i] = "[]" if isinstance(value, list) else "{}"
+                continue
+            seen = last.get(i)
+            if seen is not None and seen[0] is value:
+                values[i] = seen[1]
+            else:
+                values[i] = text = _dumps(value)
+                last[i] = (value, text)
+        yield values
 
 
 @functools.cache
@@ -82,9 +97,13 @@ def insert_records(connection: BaseDatabaseWrapper, records: Sequence[Mapping[st
     table, columns = _target(connection.vendor, connection.ops.quote_name)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql" and len(records) >= COPY_MIN_ROWS:
-            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-                for record in records:
-                    copy.write_row(_copy_row(record))
+            # Past Django's cursor wrapper, so its errors are mapped here (a taken id is
+            # an IntegrityError, as from an INSERT).
+            statement = f"COPY {table} ({columns}) FROM STDIN"
+            with connection.wrap_database_errors, cursor.cursor.copy(statement) as copy:
+                write = copy.write_row
+                for values in _copy_rows(records):
+                    write(values)
             return
         row_sql = "(" + ", ".join(["%s"] * len(_FIELDS)) + ")"
         for start in range(0, len(records), INSERT_CHUNK):
