@@ -16,7 +16,9 @@ from django_workers import (
     submit_tasks,
 )
 from django_workers.models import TaskRecord, TaskWatcher
+from django_workers.stores import rows, sql
 from django_workers.stores.database import DatabaseWorkerStore
+from django_workers.submission import build_task
 from tests.factories import NewTaskFactory, TaskRecordFactory, TaskWatcherFactory
 from tests.tasks import add
 
@@ -147,3 +149,14 @@ def test_watchers_keep_grant_order_whatever_plan_the_database_picks() -> None:
     assert store.get_task_info(new.id).watchers == ("alice", "zed", "amy", "mo")  # type: ignore[union-attr]
     [listed] = store.list_tasks(user_id="amy")
     assert listed.watchers == ("alice", "zed", "amy", "mo")
+
+
+def test_a_task_submitted_alone_has_the_fresh_columns_of_any_new_record(
+    db_store: DatabaseWorkerStore,
+) -> None:
+    # The one-statement submit writes these columns as literals; they must be row_of's.
+    task_id = submit_task("k", add, ALICE, args=[1, 2], store=db_store)
+    fresh = [*sql._FRESH_LITERALS, "status"]
+    stored = TaskRecord.objects.filter(pk=task_id).values(*fresh).get()
+    new = build_task(TaskSubmission(key="k2", task=add), ALICE, db_store)
+    assert stored == {name: rows.row_of(new)[name] for name in fresh}
