@@ -60,7 +60,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -877,6 +877,12 @@ def main(argv: list[str] | None = None) -> int:
         "--only", choices=("all", "enqueue"), default="all", help="enqueue: the enqueue figures"
     )
     parser.add_argument(
+        "--runs",
+        type=int,
+        help="runs of each figure (default 3, 1 with --quick); on a busy "
+        "machine more runs steady the medians",
+    )
+    parser.add_argument(
         "--pg-db-prefix",
         default=os.environ.get("BENCH_PG_DB_PREFIX", DEFAULT_DB_PREFIX),
         help="name of our database (the anchors': NAME_anchors); must start with 'bench'",
@@ -888,6 +894,10 @@ def main(argv: list[str] | None = None) -> int:
     ):
         parser.error("--pg-db-prefix must start with 'bench' and be letters, digits and '_'")
     sizes = QUICK if args.quick else FULL
+    if args.runs is not None:
+        if args.runs < 1:
+            parser.error("--runs must be at least 1")
+        sizes = replace(sizes, runs=args.runs)
     dbs = (
         ["sqlite", "postgresql"]
         if args.db == "all"

@@ -146,7 +146,7 @@ class DatabaseWorkerStore(WorkerStore):
         """
         connection = connections[self.using]
         single = connection.vendor == "postgresql" or len(news) <= sql.INSERT_CHUNK
-        if single and not connection.in_atomic_block and not any(map(rows.grants_of, news)):
+        if single and connection.get_autocommit() and not any(map(rows.grants_of, news)):
             sql.insert_records(connection, [rows.row_of(new) for new in news])
             return
         with self._atomic():
