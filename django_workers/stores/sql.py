@@ -103,8 +103,8 @@ def insert_records(connection: BaseDatabaseWrapper, records: Sequence[Mapping[st
             statement = f"COPY {table} ({columns}) FROM STDIN"
             with connection.wrap_database_errors, cursor.cursor.copy(statement) as copy:
                 write = copy.write_row
-                for values in _copy_rows(records):
-                    write(values)
+                for row in _copy_rows(records):
+                    write(row)
             return
         row_sql = "(" + ", ".join(["%s"] * len(_FIELDS)) + ")"
         for start in range(0, len(records), INSERT_CHUNK):
