@@ -3,13 +3,18 @@
 ``python -m benchmarks.driver ACTION '{...}'`` with DJANGO_SETTINGS_MODULE=benchmarks.settings
 and DATABASE_URL set; run.py starts it and reads the JSON answer it prints last.
 Everything goes through the public API (``submit_task``, ``submit_tasks``) as
-a site would call it, with ``System()`` authority and global keys.
+a site would call it: with ``System()`` authority and global keys, or (the
+``authority="owner"`` figures) with ``Owner`` authority and the user's own keys.
+``copy_raw`` is the reference for the bulk figure: the same rows, built before
+the clock starts, written by a bare ``COPY``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import time
 import uuid
 from typing import Any
 
@@ -19,11 +24,17 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
-from django.db import DatabaseError, connection  # noqa: E402
+from django.db import DatabaseError, connection, transaction  # noqa: E402
 
 from benchmarks import common  # noqa: E402
 from benchmarks.tasks import noop, probe  # noqa: E402
-from django_workers import System, TaskSubmission, submit_task, submit_tasks  # noqa: E402
+from django_workers import (  # noqa: E402
+    Owner,
+    System,
+    TaskSubmission,
+    submit_task,
+    submit_tasks,
+)
 
 TABLES = (
     "django_workers_taskwatcher",
@@ -32,6 +43,7 @@ TABLES = (
     "django_workers_queuelock",
 )
 SYSTEM = System()
+OWNER = Owner("bench-user")
 
 
 def migrate() -> dict[str, Any]:
@@ -72,15 +84,32 @@ def _key(prefix: str, n: int) -> str:
     return f"{prefix}-{n}"
 
 
-def enqueue_single(count: int) -> dict[str, Any]:
-    """``submit_task`` in a loop, each in autocommit, as a view would call it."""
+def enqueue_single(count: int, authority: str = "system", atomic: bool = False) -> dict[str, Any]:
+    """``submit_task`` in a loop, as a view would call it.
+
+    ``authority``: ``"system"`` (``System()``, global keys) or ``"owner"`` (``Owner``,
+    the user's own keys). ``atomic``: every call in one ``transaction.atomic()``
+    block, its COMMIT timed too; else each call in autocommit.
+    """
     reset()
     run = uuid.uuid4().hex[:8]
+    if authority == "owner":
+        submit = lambda key: submit_task(key, noop, OWNER)  # noqa: E731
+    elif authority == "system":
+        submit = lambda key: submit_task(key, noop, SYSTEM, scope="global")  # noqa: E731
+    else:
+        raise SystemExit(f"unknown authority {authority!r}; choose system or owner")
     for n in range(20):  # warm-up: connection, imports, statement caches
-        submit_task(_key(f"warm-{run}", n), noop, SYSTEM, scope="global")
-    return common.timed_loop(
-        lambda n: submit_task(_key(f"one-{run}", n), noop, SYSTEM, scope="global"), count
-    )
+        submit(_key(f"warm-{run}", n))
+    keys = [_key(f"one-{run}", n) for n in range(count)]
+    if not atomic:
+        return common.timed_loop(lambda n: submit(keys[n]), count)
+    started = time.perf_counter()
+    with transaction.atomic():
+        for key in keys:
+            submit(key)
+    seconds = time.perf_counter() - started
+    return {"count": count, "seconds": seconds, "per_second": count / seconds}
 
 
 def enqueue_bulk(count: int, batch: int) -> dict[str, Any]:
@@ -102,6 +131,54 @@ def enqueue_bulk(count: int, batch: int) -> dict[str, Any]:
 
     answer = common.timed_loop(one_batch, len(batches))
     return {"count": count, "seconds": answer["seconds"], "per_second": count / answer["seconds"]}
+
+
+def copy_raw(count: int, batch: int) -> dict[str, Any]:
+    """The bulk figure's reference: the rows ``submit_tasks`` would write, by a bare COPY.
+
+    The rows are built before the clock starts (the same keys, task, queue and
+    defaults as ``enqueue_bulk``); then one ``COPY ... FROM STDIN`` per batch of
+    ``batch``, each in autocommit, into the same table with its indexes and
+    NOTIFY trigger. PostgreSQL only.
+    """
+    if connection.vendor != "postgresql":
+        return {"unsupported": True}
+    from django_workers.stores import rows, sql
+    from django_workers.submission import build_task
+
+    reset()
+    run = uuid.uuid4().hex[:8]
+    table = "django_workers_taskrecord"
+    records = [
+        rows.row_of(
+            build_task(
+                TaskSubmission(key=_key(f"copy-{run}", i), task=noop, scope="global"),
+                SYSTEM,
+                _store(),
+            )
+        )
+        for i in range(count)
+    ]
+    values = [
+        [json.dumps(r[f]) if isinstance(r[f], list | dict) else r[f] for f in sql._FIELDS]
+        for r in records
+    ]
+    statement = f"COPY {table} ({', '.join(sql._COLUMNS)}) FROM STDIN"
+    connection.ensure_connection()
+    raw = connection.connection
+    started = time.perf_counter()
+    for first in range(0, count, batch):
+        with raw.cursor() as cursor, cursor.copy(statement) as copy:
+            for row in values[first : first + batch]:
+                copy.write_row(row)
+    seconds = time.perf_counter() - started
+    return {"count": count, "seconds": seconds, "per_second": count / seconds}
+
+
+def _store() -> Any:
+    from django_workers.stores import default_store
+
+    return default_store()
 
 
 def prefill(count: int) -> dict[str, Any]:
@@ -170,6 +247,7 @@ ACTIONS = {
     "reset": reset,
     "enqueue_single": enqueue_single,
     "enqueue_bulk": enqueue_bulk,
+    "copy_raw": copy_raw,
     "prefill": prefill,
     "drain_stats": drain_stats,
     "latency": latency,

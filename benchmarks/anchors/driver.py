@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from importlib.metadata import version
 from typing import Any
@@ -21,7 +22,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.anchors.settings")
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
-from django.db import DatabaseError, connection  # noqa: E402
+from django.db import DatabaseError, connection, transaction  # noqa: E402
 from django_tasks_db.models import DBTaskResult, get_date_max  # noqa: E402
 
 from benchmarks import common  # noqa: E402
@@ -72,13 +73,47 @@ def reset(system: str) -> dict[str, Any]:
     return {}
 
 
-def enqueue_single(system: str, count: int) -> dict[str, Any]:
-    """One enqueue per call, each in autocommit, as a view would call it."""
+def enqueue_single(system: str, count: int, atomic: bool = False) -> dict[str, Any]:
+    """One enqueue per call, as a view would call it: each in autocommit, or with
+    ``atomic`` all of them in one ``transaction.atomic()`` block (its COMMIT timed too).
+
+    Neither system has owners: there is one kind of enqueue, the figure ours is
+    compared with for both its ``System()`` and its ``Owner`` tasks.
+    """
     reset(system)
     enqueue = dt_noop.enqueue if system == DTDB else pc_noop.defer
     for _ in range(20):  # warm-up: connection, imports
         enqueue()
-    return common.timed_loop(lambda n: enqueue(), count)
+    if not atomic:
+        return common.timed_loop(lambda n: enqueue(), count)
+    _check_joins_transaction(system, enqueue)
+    started = time.perf_counter()
+    with transaction.atomic():
+        for _ in range(count):
+            enqueue()
+    seconds = time.perf_counter() - started
+    return {"count": count, "seconds": seconds, "per_second": count / seconds}
+
+
+def _check_joins_transaction(system: str, enqueue: Any) -> None:
+    """Refuse to time an enqueue that would not run in the Django transaction around it.
+
+    Procrastinate's Django connector and django-tasks-db both write through Django's
+    connection; an enqueue rolled back with its block must leave no row behind.
+    """
+    table = DTDB_TABLE if system == DTDB else "procrastinate_jobs"
+
+    def rows() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT COUNT(*) FROM {table}")
+            return int(cursor.fetchone()[0])
+
+    before = rows()
+    with transaction.atomic():
+        enqueue()
+        transaction.set_rollback(True)
+    if rows() != before:
+        raise SystemExit(f"{system}: an enqueue inside transaction.atomic() outlived its rollback")
 
 
 def enqueue_bulk(system: str, count: int, batch: int) -> dict[str, Any]:

@@ -128,17 +128,29 @@ class DatabaseWorkerStore(WorkerStore):
         ids = [new.id for new in news]
         if len(set(ids)) == len(ids):
             try:
-                with self._atomic():
-                    if self._records().filter(pk__in=ids).exists():
-                        raise _Collision
-                    self._insert(news)
+                self._insert_fresh(news)
                 return [Submitted(new.id, new.run_id, created=True) for new in news]
-            except (_Collision, IntegrityError):
-                pass
+            except IntegrityError:
+                pass  # an id is taken: the insert wrote nothing; each task is decided below
         # One transaction, so a refusal part-way (after a repeated key, a join or a
         # re-run of the same batch) leaves nothing of the batch written.
         with self._atomic():
             return super().submit_many(news, caller)
+
+    def _insert_fresh(self, news: Sequence[NewTask]) -> None:
+        """Insert new records whose ids are expected free; IntegrityError if one is taken.
+
+        No read first: a taken id fails the insert, which then wrote nothing. One
+        statement (a COPY on PostgreSQL, one INSERT up to ``sql.INSERT_CHUNK`` rows)
+        with no watcher rows needs no transaction of its own in autocommit.
+        """
+        connection = connections[self.using]
+        single = connection.vendor == "postgresql" or len(news) <= sql.INSERT_CHUNK
+        if single and connection.get_autocommit() and not any(map(rows.grants_of, news)):
+            sql.insert_records(connection, [rows.row_of(new) for new in news])
+            return
+        with self._atomic():
+            self._insert(news)
 
     def _lock_row(self, task_id: str) -> dict[str, Any] | None:
         return (

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_workers.cancellation import CancelReason
 from django_workers.info import TaskStatus
 from django_workers.lifecycle import TaskEnd, fields_of
 from django_workers.models import CLAIM_ORDER, TaskRecord, TaskWatcher, WorkflowRecord
@@ -61,14 +62,29 @@ def _db_value(connection: BaseDatabaseWrapper, name: str, value: Any) -> Any:
     return value
 
 
-def _copy_row(record: Mapping[str, Any]) -> list[Any]:
-    """A record's values for COPY: JSON columns as text, the rest as psycopg adapts them."""
-    values = [record[f] for f in _FIELDS]
-    for i in _JSON_INDEXES:
-        value = values[i]
-        if value is not None:
-            values[i] = _dumps(value) if value else ("[]" if isinstance(value, list) else "{}")
-    return values
+def _copy_rows(records: Sequence[Mapping[str, Any]]) -> Iterator[list[Any]]:
+    """Records' values for COPY: JSON columns as text, the rest as psycopg adapts them.
+
+    A JSON value shared by several records (the options of one ``TaskOptions``) is
+    encoded once: the last text is reused while the next record holds the same object.
+    """
+    last: dict[int, tuple[Any, str]] = {}
+    for record in records:
+        values = [record[f] for f in _FIELDS]
+        for i in _JSON_INDEXES:
+            value = values[i]
+            if value is None:
+                continue
+            if not value:
+                values[i] = "[]" if isinstance(value, list) else "{}"
+                continue
+            seen = last.get(i)
+            if seen is not None and seen[0] is value:
+                values[i] = seen[1]
+            else:
+                values[i] = text = _dumps(value)
+                last[i] = (value, text)
+        yield values
 
 
 @functools.cache
@@ -82,9 +98,13 @@ def insert_records(connection: BaseDatabaseWrapper, records: Sequence[Mapping[st
     table, columns = _target(connection.vendor, connection.ops.quote_name)
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql" and len(records) >= COPY_MIN_ROWS:
-            with cursor.cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-                for record in records:
-                    copy.write_row(_copy_row(record))
+            # Past Django's cursor wrapper, so its errors are mapped here (a taken id is
+            # an IntegrityError, as from an INSERT).
+            statement = f"COPY {table} ({columns}) FROM STDIN"
+            with connection.wrap_database_errors, cursor.cursor.copy(statement) as copy:
+                write = copy.write_row
+                for row in _copy_rows(records):
+                    write(row)
             return
         row_sql = "(" + ", ".join(["%s"] * len(_FIELDS)) + ")"
         for start in range(0, len(records), INSERT_CHUNK):
@@ -94,20 +114,50 @@ def insert_records(connection: BaseDatabaseWrapper, records: Sequence[Mapping[st
             cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", params)
 
 
+#: The columns every fresh record holds the same value in (``rows.row_of``), written as
+#: literals by ``insert_if_new`` so a submit binds only the columns that vary.
+_FRESH_LITERALS = {
+    "progress": "0",
+    "attempts": "0",
+    "result": "NULL",
+    "error": "NULL",
+    "errors": "'[]'",
+    "cancel_reason": f"'{CancelReason.NONE.value}'",
+    "worker_id": "NULL",
+    "started_at": "NULL",
+    "finished_at": "NULL",
+}
+_BOUND = [f for f in _FIELDS if f not in _FRESH_LITERALS]
+_BOUND_JSON = frozenset(f for f in _BOUND if f in JSON_COLUMNS)
+_BOUND_DATETIME = frozenset(f for f in _BOUND if f in DATETIME_COLUMNS)
+
+
+@functools.cache
+def _insert_if_new_sql(vendor: str, quote: Callable[[str], str]) -> str:
+    table, columns = _target(vendor, quote)
+    values = ", ".join(_FRESH_LITERALS.get(f, "%s") for f in _FIELDS)
+    return f"INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT (id) DO NOTHING"
+
+
 def insert_if_new(connection: BaseDatabaseWrapper, record: Mapping[str, Any]) -> bool:
     """Insert one fresh task row unless its id is taken; True if it was inserted.
 
     One statement that never raises on the id (``ON CONFLICT DO NOTHING``, PostgreSQL
     and SQLite), so inside a transaction it needs no savepoint to survive a taken id.
+    The columns that are the same in every fresh record are literals in the statement.
     """
-    table, columns = _target(connection.vendor, connection.ops.quote_name)
-    row_sql = "(" + ", ".join(["%s"] * len(_FIELDS)) + ")"
-    params = [_db_value(connection, f, record[f]) for f in _FIELDS]
+    adapt = connection.ops.adapt_datetimefield_value
+    params = []
+    for f in _BOUND:
+        value = record[f]
+        if value is not None:
+            if f in _BOUND_JSON:
+                value = _dumps(value)
+            elif f in _BOUND_DATETIME:
+                value = adapt(value)
+        params.append(value)
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} ({columns}) VALUES {row_sql} ON CONFLICT (id) DO NOTHING",
-            params,
-        )
+        cursor.execute(_insert_if_new_sql(connection.vendor, connection.ops.quote_name), params)
         return bool(cursor.rowcount == 1)
 
 

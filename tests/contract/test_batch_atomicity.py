@@ -74,3 +74,25 @@ def test_a_batch_of_repeats_and_joins_that_passes_writes_everything(
     ids = submit_tasks(batch, Owner("7"), store=tx_store)
     assert ids == ["7::a", "shared", "7::a", "7::b"]
     assert sorted(t.id for t in tx_store.list_tasks(user_id=None)) == ["7::a", "7::b", "shared"]
+
+
+def test_a_batch_written_in_one_statement_still_joins_a_taken_id(
+    tx_store: WorkerStore, shared: str
+) -> None:
+    # Large enough for PostgreSQL's COPY: the taken id fails it, and nothing of it stays.
+    fresh = [sub(f"n{i}", scope="global") for i in range(60)]
+    ids = submit_tasks([*fresh, sub("shared", scope="global")], Owner("7"), store=tx_store)
+    assert ids == [*(f"n{i}" for i in range(60)), "shared"]
+    listed = {t.id: t for t in tx_store.list_tasks(user_id=None, limit=1000)}
+    assert len(listed) == 61
+    assert listed["shared"].run_id == tx_store.get_task_info(shared).run_id  # joined, not re-run
+
+
+def test_a_refusal_in_a_batch_written_in_one_statement_writes_nothing(
+    tx_store: WorkerStore, shared: str
+) -> None:
+    before = snapshot(tx_store)
+    batch = [*(sub(f"n{i}", scope="global") for i in range(60)), sub("shared", scope="global")]
+    with pytest.raises(AuthorizationError):
+        submit_tasks(batch, Owner("42"), store=tx_store)
+    assert snapshot(tx_store) == before
