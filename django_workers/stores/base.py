@@ -62,9 +62,14 @@ STATE_FIELDS: Final = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class NewTask:
-    """A record to write: a first submit, or the re-run that replaces a finished one."""
+    """A record to write: a first submit, or the re-run that replaces a finished one.
+
+    Never changed once built. Not a frozen dataclass only for speed: one is built per
+    submitted task, and a frozen one's ``__init__`` pays a ``setattr`` call per field
+    (an eighth of a bulk submit's time).
+    """
 
     id: str
     key: str
