@@ -49,3 +49,17 @@ def test_count_finished_counts_what_delete_finished_deletes(store: WorkerStore) 
     assert store.delete_finished(TaskStatus.FAILED, before, 2) == 2
     assert store.count_finished(TaskStatus.FAILED, before) == 1
     assert store.count_finished(TaskStatus.COMPLETED, before) == 1
+
+
+def test_delete_finished_takes_the_oldest_first(store: WorkerStore) -> None:
+    ages = {"d3": 3, "d5": 5, "d4": 4}
+    ids = {key: submit(store, key) for key in ages}
+    for key, days in ages.items():
+        end_record(store, ids[key], finished_at=clock.now() - timedelta(days=days))
+    before = clock.now() - timedelta(days=1)
+
+    assert store.delete_finished(TaskStatus.COMPLETED, before, 1) == 1
+    assert store.get_task_info(ids["d5"]) is None
+    assert store.delete_finished(TaskStatus.COMPLETED, before, 1) == 1
+    assert store.get_task_info(ids["d4"]) is None
+    assert store.get_task_info(ids["d3"]) is not None
