@@ -245,13 +245,22 @@ class DatabaseWorkerStore(WorkerStore):
         offset: int = 0,
         limit: int = 100,
     ) -> list[TaskInfo]:
-        qs = self._records().visible_to(user_id)
+        qs = self._records().all()
         if status is not None:
             qs = qs.filter(status=status)
         if queue is not None:
             qs = qs.filter(queue=queue)
-        found = list(qs.newest_first().values(*COLUMNS)[offset : offset + limit])
-        return self._infos(found)
+        if user_id is None:
+            return self._infos(list(qs.newest_first().values(*COLUMNS)[offset : offset + limit]))
+        # A user's own tasks and the ones it watches are read apart, each newest first
+        # along its own index, then merged: one query with "owner = u OR watched" walks
+        # the whole table newest first until it has found a page.
+        end = offset + limit
+        owned = qs.filter(owner=user_id).newest_first().values(*COLUMNS)[:end]
+        watched = qs.filter(watcher_rows__user_id=user_id).newest_first().values(*COLUMNS)[:end]
+        merged = {row["id"]: row for part in (owned, watched) for row in part}
+        found = sorted(merged.values(), key=lambda r: (r["created_at"], r["id"]), reverse=True)
+        return self._infos(found[offset:end])
 
     def _infos(self, found: list[dict[str, Any]]) -> list[TaskInfo]:
         grants: dict[str, list[str]] = {}
