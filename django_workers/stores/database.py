@@ -8,6 +8,7 @@ when claiming). No transaction here ever spans user code.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
@@ -54,6 +55,13 @@ COLUMNS = tuple(record_fields())
 WORKFLOW_COLUMNS = tuple(f.attname for f in WorkflowRecord._meta.concrete_fields)
 #: What a workflow's status reads of each node's record.
 NODE_COLUMNS = ("id", "status", "result", "error", "cancel_reason")
+#: Records deleted per transaction by retention cleanup on SQLite, whose only write
+#: lock every claim waits for.
+SQLITE_DELETE_CHUNK = 100
+#: Seconds SQLite's write lock is left free after each of those transactions. A writer
+#: that found the lock taken retries at most 25 ms apart for its first 100 ms (SQLite's
+#: busy handler), so a pause longer than that lets any waiting claim in.
+SQLITE_DELETE_PAUSE = 0.03
 
 
 class DatabaseWorkerStore(WorkerStore):
@@ -722,16 +730,25 @@ class DatabaseWorkerStore(WorkerStore):
         # Oldest first, the order of the (status, finished_at) index: the read stops
         # after ``batch`` rows instead of sorting every record past its retention.
         ids = list(doomed.order_by("finished_at").values_list("id", flat=True)[:batch])
-        if not ids:
-            return 0
-        with self._atomic():
-            self._watchers().filter(task_id__in=ids).delete()
-            # The read's conditions again: a record re-run since then is not deleted.
-            return doomed.filter(pk__in=ids)._raw_delete(self.using)
+        # SQLite has one write lock: a long delete would hold every claim up, so the
+        # batch goes in short transactions there, each followed by a pause.
+        sqlite = self.vendor == "sqlite"
+        step = SQLITE_DELETE_CHUNK if sqlite else len(ids)
+        deleted = 0
+        for start in range(0, len(ids), step):
+            chunk = ids[start : start + step]
+            with self._atomic():
+                self._watchers().filter(task_id__in=chunk).delete()
+                # The read's conditions again: a record re-run since then is not deleted.
+                deleted += doomed.filter(pk__in=chunk)._raw_delete(self.using)
+            if sqlite:
+                time.sleep(SQLITE_DELETE_PAUSE)
+        return deleted
 
     def delete_finished_workflows(self, before: datetime, batch: int) -> int:
         ended = self._flows().filter(state__in=list(WORKFLOW_ENDS), finished_at__lt=before)
-        ids = list(ended.values_list("id", flat=True)[:batch])
+        # In no order: the model's (newest first) would sort every ended workflow.
+        ids = list(ended.order_by().values_list("id", flat=True)[:batch])
         if not ids:
             return 0
         with self._atomic():
