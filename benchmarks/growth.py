@@ -377,7 +377,9 @@ def measure_cleanup(max_batches: int) -> dict[str, Any]:
     thread = threading.Thread(target=claim_loop, name="growth-claims")
     thread.start()
     deadline = time.monotonic() + 60
-    while len(latencies["baseline"]) < BASELINE_CLAIMS and time.monotonic() < deadline and not failure:
+    while (
+        len(latencies["baseline"]) < BASELINE_CLAIMS and time.monotonic() < deadline and not failure
+    ):
         time.sleep(0.01)
     phase["name"] = "cleanup"
     batches, deleted = [], 0
