@@ -388,7 +388,8 @@ class WorkerStore(abc.ABC):
 
     @abc.abstractmethod
     def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
-        """Delete up to ``batch`` records of ``status`` that finished before ``before``."""
+        """Delete up to ``batch`` records of ``status`` that finished before ``before``, oldest
+        first."""
 
     @abc.abstractmethod
     def delete_finished_workflows(self, before: datetime, batch: int) -> int:

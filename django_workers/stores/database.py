@@ -8,6 +8,7 @@ when claiming). No transaction here ever spans user code.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
@@ -54,6 +55,13 @@ COLUMNS = tuple(record_fields())
 WORKFLOW_COLUMNS = tuple(f.attname for f in WorkflowRecord._meta.concrete_fields)
 #: What a workflow's status reads of each node's record.
 NODE_COLUMNS = ("id", "status", "result", "error", "cancel_reason")
+#: Records deleted per transaction by retention cleanup on SQLite, whose only write
+#: lock every claim waits for.
+SQLITE_DELETE_CHUNK = 100
+#: Seconds SQLite's write lock is left free after each of those transactions. A writer
+#: that found the lock taken retries at most 25 ms apart for its first 100 ms (SQLite's
+#: busy handler), so a pause longer than that lets any waiting claim in.
+SQLITE_DELETE_PAUSE = 0.03
 
 
 class DatabaseWorkerStore(WorkerStore):
@@ -257,13 +265,22 @@ class DatabaseWorkerStore(WorkerStore):
         offset: int = 0,
         limit: int = 100,
     ) -> list[TaskInfo]:
-        qs = self._records().visible_to(user_id)
+        qs = self._records().all()
         if status is not None:
             qs = qs.filter(status=status)
         if queue is not None:
             qs = qs.filter(queue=queue)
-        found = list(qs.newest_first().values(*COLUMNS)[offset : offset + limit])
-        return self._infos(found)
+        if user_id is None:
+            return self._infos(list(qs.newest_first().values(*COLUMNS)[offset : offset + limit]))
+        # A user's own tasks and the ones it watches are read apart, each newest first
+        # along its own index, then merged: one query with "owner = u OR watched" walks
+        # the whole table newest first until it has found a page.
+        end = offset + limit
+        owned = qs.filter(owner=user_id).newest_first().values(*COLUMNS)[:end]
+        watched = qs.filter(watcher_rows__user_id=user_id).newest_first().values(*COLUMNS)[:end]
+        merged = {row["id"]: row for part in (owned, watched) for row in part}
+        found = sorted(merged.values(), key=lambda r: (r["created_at"], r["id"]), reverse=True)
+        return self._infos(found[offset:end])
 
     def _infos(self, found: list[dict[str, Any]]) -> list[TaskInfo]:
         grants: dict[str, list[str]] = {}
@@ -759,16 +776,28 @@ class DatabaseWorkerStore(WorkerStore):
 
     def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
         doomed = self._records().finished_before(status, before)
-        ids = list(doomed.values_list("id", flat=True)[:batch])
-        if not ids:
-            return 0
-        with self._atomic():
-            self._watchers().filter(task_id__in=ids).delete()
-            return self._records().filter(pk__in=ids, status=status)._raw_delete(self.using)
+        # Oldest first, the order of the (status, finished_at) index: the read stops
+        # after ``batch`` rows instead of sorting every record past its retention.
+        ids = list(doomed.order_by("finished_at").values_list("id", flat=True)[:batch])
+        # SQLite has one write lock: a long delete would hold every claim up, so the
+        # batch goes in short transactions there, each followed by a pause.
+        sqlite = self.vendor == "sqlite"
+        step = SQLITE_DELETE_CHUNK if sqlite else len(ids)
+        deleted = 0
+        for start in range(0, len(ids), step):
+            chunk = ids[start : start + step]
+            with self._atomic():
+                self._watchers().filter(task_id__in=chunk).delete()
+                # The read's conditions again: a record re-run since then is not deleted.
+                deleted += doomed.filter(pk__in=chunk)._raw_delete(self.using)
+            if sqlite:
+                time.sleep(SQLITE_DELETE_PAUSE)
+        return deleted
 
     def delete_finished_workflows(self, before: datetime, batch: int) -> int:
         ended = self._flows().filter(state__in=list(WORKFLOW_ENDS), finished_at__lt=before)
-        ids = list(ended.values_list("id", flat=True)[:batch])
+        # In no order: the model's (newest first) would sort every ended workflow.
+        ids = list(ended.order_by().values_list("id", flat=True)[:batch])
         if not ids:
             return 0
         with self._atomic():

@@ -421,7 +421,9 @@ class InMemoryWorkerStore(WorkerStore):
 
     def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
         with self._lock:
-            doomed = self._finished_before(status, before)[:batch]
+            found = self._finished_before(status, before)
+            found.sort(key=lambda task_id: self._rows[task_id]["finished_at"])
+            doomed = found[:batch]
             for task_id in doomed:
                 del self._rows[task_id]
                 del self._grants[task_id]

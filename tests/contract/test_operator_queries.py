@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from django_workers import System, TaskStatus, cancel_task, clock, submit_task
-from django_workers.stores import QueueCounts, WorkerStore
+from django_workers.stores import QueueCounts, WorkerStore, database
 from tests.helpers import end_record
 
 
@@ -48,4 +50,31 @@ def test_count_finished_counts_what_delete_finished_deletes(store: WorkerStore) 
     assert store.count_finished(TaskStatus.FAILED, before) == 3
     assert store.delete_finished(TaskStatus.FAILED, before, 2) == 2
     assert store.count_finished(TaskStatus.FAILED, before) == 1
+    assert store.count_finished(TaskStatus.COMPLETED, before) == 1
+
+
+def test_delete_finished_takes_the_oldest_first(store: WorkerStore) -> None:
+    ages = {"d3": 3, "d5": 5, "d4": 4}
+    ids = {key: submit(store, key) for key in ages}
+    for key, days in ages.items():
+        end_record(store, ids[key], finished_at=clock.now() - timedelta(days=days))
+    before = clock.now() - timedelta(days=1)
+
+    assert store.delete_finished(TaskStatus.COMPLETED, before, 1) == 1
+    assert store.get_task_info(ids["d5"]) is None
+    assert store.delete_finished(TaskStatus.COMPLETED, before, 1) == 1
+    assert store.get_task_info(ids["d4"]) is None
+    assert store.get_task_info(ids["d3"]) is not None
+
+
+def test_delete_finished_deletes_a_batch_larger_than_a_transaction(
+    store: WorkerStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(database, "SQLITE_DELETE_CHUNK", 2)
+    ids = [submit(store, f"old{n}") for n in range(5)]
+    for task_id in ids:
+        end_record(store, task_id, finished_at=clock.now() - timedelta(days=2))
+    before = clock.now() - timedelta(days=1)
+
+    assert store.delete_finished(TaskStatus.COMPLETED, before, 4) == 4
     assert store.count_finished(TaskStatus.COMPLETED, before) == 1

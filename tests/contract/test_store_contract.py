@@ -515,6 +515,31 @@ def test_list_shows_an_owner_what_it_owns_or_watches(store: WorkerStore) -> None
     assert ids(None) == {mine.id, shared.id, bobs.id, unwatched.id}
 
 
+def test_an_owners_list_merges_owned_and_watched_tasks_newest_first(store: WorkerStore) -> None:
+    start = timezone.now() - timedelta(hours=1)
+
+    def at(minute: int, **fields: Any) -> Any:
+        return NewTaskFactory(created_at=start + timedelta(minutes=minute), **fields)
+
+    owned = [at(m) for m in (0, 2, 4)]
+    watched = [at(m, owner="bob", watchers=("bob", "alice")) for m in (1, 3, 5)]
+    both = at(6, watchers=("alice", "bob"))
+    for new in (*owned, *watched, both):
+        store.submit(new, None)
+    store.add_watcher(both.id, "alice")  # owned and watched at once: still listed once
+    by_age = sorted([*owned, *watched], key=lambda t: t.created_at, reverse=True)
+    newest_first = [both.id, *(t.id for t in by_age)]
+
+    pages = [store.list_tasks(user_id="alice", offset=o, limit=3) for o in (0, 3, 6)]
+
+    assert [[t.id for t in page] for page in pages] == [
+        newest_first[0:3],
+        newest_first[3:6],
+        newest_first[6:],
+    ]
+    assert [t.id for t in get_all_tasks(ALICE, offset=1, limit=4, store=store)] == newest_first[1:5]
+
+
 # -- visibility and cancel through the API ---------------------------------------------------------
 
 

@@ -1,0 +1,82 @@
+"""The task table's indexes: what migration 0007 builds, on every database."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from django_workers import clock
+from django_workers.models import TaskRecord
+from django_workers.stores.database import DatabaseWorkerStore
+from tests.factories import NewTaskFactory
+
+TABLE = TaskRecord._meta.db_table
+
+
+def indexes() -> dict[str, Any]:
+    with connection.cursor() as cursor:
+        return connection.introspection.get_constraints(cursor, TABLE)
+
+
+def definition(name: str) -> str:
+    """The index's CREATE statement where the database keeps one ("" on MySQL)."""
+    queries = {
+        "postgresql": "SELECT indexdef FROM pg_indexes WHERE indexname = %s",
+        "sqlite": "SELECT sql FROM sqlite_master WHERE type = 'index' AND name = %s",
+    }
+    if connection.vendor not in queries:
+        return ""
+    with connection.cursor() as cursor:
+        cursor.execute(queries[connection.vendor], [name])
+        return str(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db
+def test_the_claim_indexes_hold_pending_rows_where_the_database_allows() -> None:
+    found = indexes()
+
+    for name, columns in [
+        ("workers_task_pending", ["status", "priority", "created_at", "id"]),
+        ("workers_task_pending_queue", ["status", "queue", "priority", "created_at", "id"]),
+    ]:
+        assert found[name]["columns"] == columns
+        partial = "WHERE" in definition(name).upper()
+        assert partial == (connection.vendor in ("postgresql", "sqlite"))
+    assert found["workers_task_owned"]["columns"] == ["owner", "created_at", "id"]
+    assert not {"workers_task_claim", "workers_task_claim_queue", "workers_task_owner"} & set(found)
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's planner, bound parameters")
+def test_sqlite_claims_through_the_partial_index_with_bound_parameters() -> None:
+    store = DatabaseWorkerStore()
+    for _ in range(3):
+        store.submit(NewTaskFactory(), "alice")
+    seen: list[tuple[str, Any]] = []
+
+    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        assert len(store.claim("w1", None, 2, clock.now())) == 2
+    sql, params = next((s, p) for s, p in seen if s.startswith("SELECT") and "ORDER BY" in s)
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+        plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+    assert "workers_task_pending" in plan
+    assert "TEMP B-TREE" not in plan  # the index's order is the claim's
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_goes_back_and_forth() -> None:
+    try:
+        call_command("migrate", "django_workers", "0006", verbosity=0)
+        assert "workers_task_claim" in indexes()
+        assert "workers_task_pending" not in indexes()
+    finally:
+        call_command("migrate", "django_workers", verbosity=0)
+    assert "workers_task_pending" in indexes()
