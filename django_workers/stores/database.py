@@ -782,7 +782,7 @@ class DatabaseWorkerStore(WorkerStore):
         # SQLite has one write lock: a long delete would hold every claim up, so the
         # batch goes in short transactions there, each followed by a pause.
         sqlite = self.vendor == "sqlite"
-        step = SQLITE_DELETE_CHUNK if sqlite else len(ids)
+        step = SQLITE_DELETE_CHUNK if sqlite else max(len(ids), 1)
         deleted = 0
         for start in range(0, len(ids), step):
             chunk = ids[start : start + step]
