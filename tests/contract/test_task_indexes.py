@@ -45,8 +45,33 @@ def test_the_claim_indexes_hold_pending_rows_where_the_database_allows() -> None
         assert found[name]["columns"] == columns
         partial = "WHERE" in definition(name).upper()
         assert partial == (connection.vendor in ("postgresql", "sqlite"))
-    assert found["workers_task_owned"]["columns"] == ["owner", "created_at", "id"]
     assert not {"workers_task_claim", "workers_task_claim_queue", "workers_task_owner"} & set(found)
+
+
+@pytest.mark.django_db
+def test_the_history_indexes_hold_only_the_rows_they_serve() -> None:
+    found = indexes()
+    for name, columns, condition in [
+        ("workers_task_owner_list", ["owner", "created_at", "id"], "owner IS NOT NULL"),
+        ("workers_task_ended", ["status", "finished_at"], "finished_at IS NOT NULL"),
+        ("workers_task_nodes", ["workflow"], "workflow IS NOT NULL"),
+    ]:
+        assert found[name]["columns"] == columns
+        if connection.vendor in ("postgresql", "sqlite"):
+            assert condition in definition(name).replace('"', "")
+    gone = {"workers_task_owned", "workers_task_finished", "workers_task_workflow"}
+    assert not gone & set(found)
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's varchar_pattern_ops")
+def test_postgresql_keeps_no_like_copy_of_the_task_id_indexes() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname FROM pg_indexes WHERE tablename IN (%s, %s) AND indexdef LIKE %s",
+            [TABLE, "django_workers_taskwatcher", "%pattern_ops%"],
+        )
+        assert cursor.fetchall() == []
 
 
 @pytest.mark.django_db
@@ -80,3 +105,14 @@ def test_the_migration_goes_back_and_forth() -> None:
     finally:
         call_command("migrate", "django_workers", verbosity=0)
     assert "workers_task_pending" in indexes()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_history_index_migration_goes_back_and_forth() -> None:
+    try:
+        call_command("migrate", "django_workers", "0007", verbosity=0)
+        assert {"workers_task_owned", "workers_task_finished"} <= set(indexes())
+        assert "workers_task_ended" not in indexes()
+    finally:
+        call_command("migrate", "django_workers", verbosity=0)
+    assert {"workers_task_owner_list", "workers_task_ended", "workers_task_nodes"} <= set(indexes())
