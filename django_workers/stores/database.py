@@ -453,7 +453,7 @@ class DatabaseWorkerStore(WorkerStore):
                 self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
                 claimed.sort(key=rows.claim_order)
                 return won, [rows.info_of(r, r.pop("grants")) for r in claimed]
-        elif limit > 0 and self._one_transaction(ends):
+        if limit > 0 and self._one_transaction(ends):
             # One commit for both; a failure stores neither, and the caller retries
             # the ends alone.
             with self._atomic():
@@ -462,12 +462,12 @@ class DatabaseWorkerStore(WorkerStore):
         return super().end_and_claim(ends, worker_id, queues, limit, now, queue_limits)
 
     def _one_transaction(self, ends: Sequence[TaskEnd]) -> bool:
-        """Ends of plain tasks on SQLite or MySQL in autocommit: one transaction with the claim.
+        """Ends of plain tasks in autocommit: one transaction with the claim.
 
         Workflow nodes' ends wake other workers when their transaction commits, so
         they keep their own.
         """
-        if self.vendor == "postgresql" or persistence.workflows_of(ends):
+        if persistence.workflows_of(ends):
             return False
         return not connections[self.using].in_atomic_block
 

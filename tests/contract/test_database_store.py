@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -183,3 +185,31 @@ def test_a_task_submitted_alone_has_the_fresh_columns_of_any_new_record(
     stored = TaskRecord.objects.filter(pk=task_id).values(*fresh).get()
     new = build_task(TaskSubmission(key="k2", task=add), ALICE, db_store)
     assert stored == {name: rows.row_of(new)[name] for name in fresh}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_without_client_side_binding_ends_and_their_refill_share_one_transaction(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Server-side binding runs one statement a call: the one-round-trip path steps aside.
+    monkeypatch.setattr(sql, "psycopg_client_cursor", lambda: type("NoCursor", (), {}))
+    store = DatabaseWorkerStore()
+    ids = [
+        submit_task(f"t{i}", add, System(), args=[1, 2], scope="global", store=store)
+        for i in range(3)
+    ]
+    first = store.claim("w1", None, 1, clock.now())
+    ends = [lifecycle.run_end(first[0], "w1", TaskStatus.COMPLETED, clock.now(), result=3)]
+    blocks: list[bool] = []
+
+    def note(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if not sql.upper().startswith("BEGIN"):  # SQLite's, sent as the block opens
+            blocks.append(connection.in_atomic_block)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(note):
+        won, claimed = store.end_and_claim(ends, "w1", None, 2, clock.now())
+    assert (won, [r.id for r in claimed]) == ([True], ids[1:])
+    # The ends' write and the claim, inside one atomic block.
+    assert len(blocks) >= 2
+    assert all(blocks)
