@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from benchmarks.dbconfig import database_from_env
 
 SECRET_KEY = "django-workers-benchmarks"
@@ -15,6 +17,11 @@ INSTALLED_APPS = [
     "django_workers",
 ]
 DATABASES = {"default": database_from_env()}
+_POSTGRES = DATABASES["default"]["ENGINE"].endswith("postgresql")
+if _POSTGRES and os.environ.get("BENCH_SERVER_SIDE_BINDING") == "1":
+    # psycopg's server-side binding, which prepares a statement after 5 runs of it
+    # (the anchors' settings never read this).
+    DATABASES["default"]["OPTIONS"] = {"server_side_binding": True}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Nothing in the benchmark needs a django.tasks backend; keep Django's default out of the way.
 TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
