@@ -118,8 +118,8 @@ class TaskRecord(models.Model):
                 name="workers_task_pending_queue",
                 condition=Q(status=TaskStatus.PENDING),
             ),
-            # Listing an owner's tasks newest first, in the list's exact order.
-            models.Index(fields=("owner", "-created_at", "-id"), name="workers_task_owned"),
+            # Listing an owner's tasks newest first.
+            models.Index(fields=("owner", "-created_at"), name="workers_task_owner"),
             models.Index(fields=("-created_at", "-id"), name="workers_task_created"),
             # Retention deletes finished tasks by age.
             models.Index(fields=("status", "finished_at"), name="workers_task_finished"),
