@@ -118,12 +118,12 @@ class TaskRecord(models.Model):
                 name="workers_task_pending_queue",
                 condition=Q(status=TaskStatus.PENDING),
             ),
-            # Listing an owner's tasks newest first, in the list's exact order. Like the
-            # two below, it holds only the rows its queries can ask for, so a write of
-            # any other row (a global task's, a plain task's, an unfinished one's)
-            # costs it nothing: every status change writes each index that holds the row.
+            # Listing an owner's tasks newest first. Like the two below, it holds only
+            # the rows its queries can ask for, so a write of any other row (a global
+            # task's, a plain task's, an unfinished one's) costs it nothing: every
+            # status change writes each index that holds the row.
             models.Index(
-                fields=("owner", "-created_at", "-id"),
+                fields=("owner", "-created_at"),
                 name="workers_task_owner_list",
                 condition=Q(owner__isnull=False),
             ),

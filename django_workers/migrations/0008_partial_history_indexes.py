@@ -45,7 +45,7 @@ def create_like_indexes(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("django_workers", "0007_pending_and_owner_indexes"),
+        ("django_workers", "0007_pending_claim_indexes"),
     ]
 
     operations = [
@@ -53,7 +53,7 @@ class Migration(migrations.Migration):
             model_name="taskrecord",
             index=models.Index(
                 condition=models.Q(("owner__isnull", False)),
-                fields=["owner", "-created_at", "-id"],
+                fields=["owner", "-created_at"],
                 name="workers_task_owner_list",
             ),
         ),
@@ -73,7 +73,7 @@ class Migration(migrations.Migration):
                 name="workers_task_nodes",
             ),
         ),
-        migrations.RemoveIndex(model_name="taskrecord", name="workers_task_owned"),
+        migrations.RemoveIndex(model_name="taskrecord", name="workers_task_owner"),
         migrations.RemoveIndex(model_name="taskrecord", name="workers_task_finished"),
         migrations.RemoveIndex(model_name="taskrecord", name="workers_task_workflow"),
         migrations.RunPython(drop_like_indexes, create_like_indexes, elidable=False),

@@ -795,6 +795,8 @@ class DatabaseWorkerStore(WorkerStore):
         # Oldest first, the order of the (status, finished_at) index: the read stops
         # after ``batch`` rows instead of sorting every record past its retention.
         ids = list(doomed.order_by("finished_at").values_list("id", flat=True)[:batch])
+        if not ids:
+            return 0
         # SQLite has one write lock: a long delete would hold every claim up, so the
         # batch goes in short transactions there, each followed by a pause.
         sqlite = self.vendor == "sqlite"

@@ -1,4 +1,4 @@
-"""The claim indexes hold PENDING rows only; an owner's list index ends with the id.
+"""The claim indexes hold PENDING rows only.
 
 The new indexes are built before the old ones go, so the claim always has one.
 Where a database has no partial indexes (MariaDB, MySQL) Django drops the
@@ -30,11 +30,6 @@ class Migration(migrations.Migration):
                 name="workers_task_pending_queue",
             ),
         ),
-        migrations.AddIndex(
-            model_name="taskrecord",
-            index=models.Index(fields=["owner", "-created_at", "-id"], name="workers_task_owned"),
-        ),
         migrations.RemoveIndex(model_name="taskrecord", name="workers_task_claim"),
         migrations.RemoveIndex(model_name="taskrecord", name="workers_task_claim_queue"),
-        migrations.RemoveIndex(model_name="taskrecord", name="workers_task_owner"),
     ]
