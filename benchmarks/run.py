@@ -27,6 +27,8 @@ the one the current migrations make); the test database is never touched.
 
 Environment: ``BENCH_PG_URL`` is the server (default
 ``postgres://postgres@127.0.0.1:5432``; the database name is replaced);
+``BENCH_PG_DB_PREFIX`` renames the two databases (``PREFIX`` and
+``PREFIX_anchors``), so that two runs can share a server;
 ``BENCH_ANCHORS_PYTHON`` the interpreter that builds the anchors' venv.
 Results: a table on stdout, and JSON + markdown in ``benchmarks/results/``.
 """
@@ -66,7 +68,10 @@ LOGS = RESULTS / "logs"
 ANCHORS_VENV = BENCH / ".venv-anchors"
 ANCHORS_REQUIREMENTS = BENCH / "anchors" / "requirements.txt"
 DEFAULT_PG = "postgres://postgres@127.0.0.1:5432"
-OUR_PG_DB, ANCHORS_PG_DB = "bench", "bench_anchors"
+#: Our PostgreSQL database and the anchors' ("<prefix>" and "<prefix>_anchors"). Set
+#: BENCH_PG_DB_PREFIX to run beside someone else's run on the same server.
+PG_DB_PREFIX = os.environ.get("BENCH_PG_DB_PREFIX") or "bench"
+OUR_PG_DB, ANCHORS_PG_DB = PG_DB_PREFIX, f"{PG_DB_PREFIX}_anchors"
 #: Threads per runworkers process. Procrastinate runs 10 jobs at once per
 #: worker in the performance targets, so ours gets the same number of in-flight tasks.
 OUR_CONCURRENCY = 10
@@ -332,7 +337,7 @@ def fresh_pg_database(base: str, database: str) -> None:
     import psycopg
     from psycopg import sql
 
-    if database not in (OUR_PG_DB, ANCHORS_PG_DB):
+    if database not in (OUR_PG_DB, ANCHORS_PG_DB) or not database.startswith("bench"):
         raise BenchError(f"refusing to drop {database!r}: not one of the benchmark's databases")
     name = sql.Identifier(database)
     try:
@@ -385,8 +390,8 @@ def build_targets(dbs: list[str], anchors: bool, pg_base: str) -> list[Target]:
     if "sqlite" in dbs:
         WORK.mkdir(parents=True, exist_ok=True)
         path = WORK / "bench-workers.sqlite3"
-        for stale in WORK.glob("bench-workers.sqlite3*"):
-            stale.unlink()
+        for stale in WORK.glob("bench-workers.sqlite3*"):  # the file, its WAL, its wake folder
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
         targets.append(
             Target(
                 key="workers-sqlite",
