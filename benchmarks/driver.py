@@ -104,9 +104,14 @@ def enqueue_bulk(count: int, batch: int) -> dict[str, Any]:
     return {"count": count, "seconds": answer["seconds"], "per_second": count / answer["seconds"]}
 
 
-def prefill(count: int) -> dict[str, Any]:
-    """Queue ``count`` no-op tasks for a drain (not timed), then settle the database."""
-    reset()
+def prefill(count: int, fresh: bool = True) -> dict[str, Any]:
+    """Queue ``count`` no-op tasks for a drain (not timed), then settle the database.
+
+    ``fresh`` empties the tables first; the memory benchmark queues for a worker
+    already running, whose registration must stay.
+    """
+    if fresh:
+        reset()
     run = uuid.uuid4().hex[:8]
     for first in range(0, count, 1000):
         submit_tasks(

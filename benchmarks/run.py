@@ -2,7 +2,7 @@
 
 Usage (from the repository root, with the project's virtualenv):
 
-    .venv/bin/python benchmarks/run.py [--db sqlite|postgres|all] [--anchors] [--quick]
+    .venv/bin/python benchmarks/run.py [--db sqlite|postgres|all] [--anchors] [--quick] [--memory]
 
 Figures, each the median of 3 runs (1 with --quick):
 
@@ -17,6 +17,9 @@ Figures, each the median of 3 runs (1 with --quick):
 - worker CPU per task: user+sys time of the worker processes (from
   ``wait4``) during the drain, less the CPU of starting and stopping an idle
   worker, divided by the task count; and the whole machine's CPU per task.
+
+With ``--memory``, also each worker's resident memory, idle and over a long
+drain (see ``benchmarks/memory.py``, which also runs alone).
 
 With ``--anchors`` (PostgreSQL only) the same figures are measured, in the same
 run, for django-tasks-db's ``db_worker`` and for Procrastinate's worker
@@ -60,6 +63,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import ANSWER  # noqa: E402
+
+if __name__ == "__main__":  # benchmarks/memory.py imports this module by name: one copy
+    sys.modules.setdefault("benchmarks.run", sys.modules[__name__])
 
 BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
@@ -733,6 +739,10 @@ def report(
                 f"{a['worker_cpu']:.2f} |"
             )
         lines.append("")
+    if data.get("memory"):
+        from benchmarks import memory
+
+        lines += memory.report_lines(targets, data["memory"])
     lines += [f"Command: `{command}`", ""]
     return "\n".join(lines)
 
@@ -746,6 +756,9 @@ def main(argv: list[str] | None = None) -> int:
         help="also measure django-tasks-db and Procrastinate (PostgreSQL only)",
     )
     parser.add_argument("--quick", action="store_true", help="1 run each, fewer tasks")
+    parser.add_argument(
+        "--memory", action="store_true", help="also worker memory (benchmarks/memory.py)"
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     dbs = (
@@ -772,6 +785,10 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(t.label for t in targets)
         )
         data = run_all(targets, sizes)
+        if args.memory:
+            from benchmarks import memory
+
+            data["memory"] = memory.measure_all(targets, *memory.task_counts(args.quick))
     except BenchError as e:
         say(f"error: {e}")
         return 1
