@@ -433,6 +433,8 @@ class WorkerRuntime:
 
     def _release(self, handle: RunHandle) -> None:
         live_runs.discard(handle)
+        if handle.info.options.timeout is not None:
+            self._watchdog.unwatch(handle)
         with self._lock:
             if self._active.get(handle.run_id) is handle:
                 del self._active[handle.run_id]
