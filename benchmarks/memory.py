@@ -295,6 +295,9 @@ def report_lines(targets: list[Target], results: dict[str, Any]) -> list[str]:
         "",
         markdown_table(headers, rows),
         "",
+        "Growth is the slope of RSS against tasks done over the second half of the drain. "
+        "Over a short drain (--quick) it mostly shows caches still filling, not a leak.",
+        "",
     ]
 
 
