@@ -181,9 +181,14 @@ def _store() -> Any:
     return default_store()
 
 
-def prefill(count: int) -> dict[str, Any]:
-    """Queue ``count`` no-op tasks for a drain (not timed), then settle the database."""
-    reset()
+def prefill(count: int, fresh: bool = True) -> dict[str, Any]:
+    """Queue ``count`` no-op tasks for a drain (not timed), then settle the database.
+
+    ``fresh`` empties the tables first; the memory benchmark queues for a worker
+    already running, whose registration must stay.
+    """
+    if fresh:
+        reset()
     run = uuid.uuid4().hex[:8]
     for first in range(0, count, 1000):
         submit_tasks(

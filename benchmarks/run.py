@@ -2,7 +2,7 @@
 
 Usage (from the repository root, with the project's virtualenv):
 
-    .venv/bin/python benchmarks/run.py [--db sqlite|postgres|all] [--anchors] [--quick]
+    .venv/bin/python benchmarks/run.py [--db sqlite|postgres|all] [--anchors] [--quick] [--memory]
 
 Figures, each the median of 3 runs (1 with --quick):
 
@@ -27,6 +27,9 @@ Figures, each the median of 3 runs (1 with --quick):
   ``wait4``) during the drain, less the CPU of starting and stopping an idle
   worker, divided by the task count; and the whole machine's CPU per task.
 
+With ``--memory``, also each worker's resident memory, idle and over a long
+drain (see ``benchmarks/memory.py``, which also runs alone).
+
 With ``--anchors`` (PostgreSQL only) the same figures are measured, in the same
 run, for django-tasks-db's ``db_worker`` and for Procrastinate's worker
 (concurrency 10). They are installed into ``benchmarks/.venv-anchors`` (never
@@ -40,6 +43,7 @@ measures the enqueue figures alone (a few seconds).
 
 Environment: ``BENCH_PG_URL`` is the server (default
 ``postgres://postgres@127.0.0.1:5432``; the database name is replaced);
+``BENCH_PG_DB_PREFIX`` is the default of ``--pg-db-prefix``;
 ``BENCH_ANCHORS_PYTHON`` the interpreter that builds the anchors' venv.
 Results: a table on stdout, and JSON + markdown in ``benchmarks/results/``.
 """
@@ -71,6 +75,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import ANSWER  # noqa: E402
+
+if __name__ == "__main__":  # benchmarks/memory.py imports this module by name: one copy
+    sys.modules.setdefault("benchmarks.run", sys.modules[__name__])
 
 BENCH = ROOT / "benchmarks"
 RESULTS = BENCH / "results"
@@ -418,8 +425,8 @@ def build_targets(
     if "sqlite" in dbs:
         WORK.mkdir(parents=True, exist_ok=True)
         path = WORK / f"{prefix}-workers.sqlite3"
-        for stale in WORK.glob(f"{prefix}-workers.sqlite3*"):
-            stale.unlink()
+        for stale in WORK.glob(f"{prefix}-workers.sqlite3*"):  # the file, its WAL, its wake folder
+            shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
         targets.append(
             Target(
                 key="workers-sqlite",
@@ -860,6 +867,10 @@ def report(
                 f"{a['worker_cpu']:.2f} |"
             )
         lines.append("")
+    if data.get("memory"):
+        from benchmarks import memory
+
+        lines += memory.report_lines(targets, data["memory"])
     lines += [f"Command: `{command}`", ""]
     return "\n".join(lines)
 
@@ -886,6 +897,9 @@ def main(argv: list[str] | None = None) -> int:
         "--pg-db-prefix",
         default=os.environ.get("BENCH_PG_DB_PREFIX", DEFAULT_DB_PREFIX),
         help="name of our database (the anchors': NAME_anchors); must start with 'bench'",
+    )
+    parser.add_argument(
+        "--memory", action="store_true", help="also worker memory (benchmarks/memory.py)"
     )
     args = parser.parse_args(argv)
     if (
@@ -924,6 +938,10 @@ def main(argv: list[str] | None = None) -> int:
             + ", ".join(t.label for t in targets)
         )
         data = run_all(targets, sizes, only_enqueue=args.only == "enqueue")
+        if args.memory:
+            from benchmarks import memory
+
+            data["memory"] = memory.measure_all(targets, *memory.task_counts(args.quick))
     except BenchError as e:
         say(f"error: {e}")
         return 1

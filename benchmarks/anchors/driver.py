@@ -132,9 +132,15 @@ def enqueue_bulk(system: str, count: int, batch: int) -> dict[str, Any]:
     return {"count": count, "seconds": answer["seconds"], "per_second": count / answer["seconds"]}
 
 
-def prefill(system: str, count: int) -> dict[str, Any]:
-    """Queue ``count`` no-op tasks for a drain (not timed), then settle the database."""
-    reset(system)
+def prefill(system: str, count: int, fresh: bool = True) -> dict[str, Any]:
+    """Queue ``count`` no-op tasks for a drain (not timed), then settle the database.
+
+    ``fresh`` empties the tables first (not under a running worker: its registration
+    would go with them).
+    """
+    _check(system)
+    if fresh:
+        reset(system)
     if system == DTDB:
         # Rows exactly as DatabaseBackend.enqueue writes them, in bulk to save time.
         backend = dt_noop.get_backend()

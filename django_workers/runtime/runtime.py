@@ -468,6 +468,8 @@ class WorkerRuntime:
         """Forget runs whose function returned; ``kept`` of their slots stay taken (refilled)."""
         for handle in handles:
             live_runs.discard(handle)
+            if handle.info.options.timeout is not None:
+                self._watchdog.unwatch(handle)
         with self._lock:
             for handle in handles:
                 if self._active.get(handle.run_id) is handle:

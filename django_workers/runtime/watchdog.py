@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -12,23 +10,39 @@ from django_workers.runtime.run import RunHandle
 
 
 class Watchdog:
-    """Calls ``on_expire(handle)`` when a run's deadline passes, on its own thread."""
+    """Calls ``on_expire(handle)`` when a run's deadline passes, on its own thread.
+
+    It holds only the runs still going: ``unwatch`` forgets a run once it ends, so a
+    busy worker whose tasks have long timeouts does not keep every finished run until
+    its deadline. That bounds the watched runs by the runtime's slots, few enough that
+    finding the next deadline is a scan.
+    """
 
     def __init__(self, on_expire: Callable[[RunHandle], None]) -> None:
         self._on_expire = on_expire
-        self._heap: list[tuple[float, int, RunHandle]] = []
-        self._order = itertools.count()
+        self._deadlines: dict[RunHandle, float] = {}
         self._cond = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="workers-watchdog", daemon=True)
+
+    def __len__(self) -> int:
+        """How many runs it watches now."""
+        with self._cond:
+            return len(self._deadlines)
 
     def start(self) -> None:
         self._thread.start()
 
     def watch(self, handle: RunHandle, timeout: float) -> None:
         with self._cond:
-            heapq.heappush(self._heap, (handle.started + timeout, next(self._order), handle))
+            self._deadlines[handle] = handle.started + timeout
             self._cond.notify()
+
+    def unwatch(self, handle: RunHandle) -> None:
+        """Forget ``handle``: its run ended, or its deadline no longer matters."""
+        # No notify: a wait that ends at a forgotten deadline just finds nothing due.
+        with self._cond:
+            self._deadlines.pop(handle, None)
 
     def stop(self) -> None:
         with self._cond:
@@ -36,12 +50,20 @@ class Watchdog:
             self._cond.notify()
 
     def _loop(self) -> None:
-        while True:
-            with self._cond:
-                while not self._stopped and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    delay = self._heap[0][0] - time.monotonic() if self._heap else None
-                    self._cond.wait(delay)
-                if self._stopped:
-                    return
-                _deadline, _n, handle = heapq.heappop(self._heap)
+        while (handle := self._next_due()) is not None:
             self._on_expire(handle)
+
+    def _next_due(self) -> RunHandle | None:
+        """Wait for the next deadline to pass; its run (forgotten), or None once stopped."""
+        with self._cond:
+            while not self._stopped:
+                if self._deadlines:
+                    handle = min(self._deadlines, key=self._deadlines.__getitem__)
+                    left = self._deadlines[handle] - time.monotonic()
+                    if left <= 0:
+                        del self._deadlines[handle]
+                        return handle
+                    self._cond.wait(left)
+                else:
+                    self._cond.wait()
+            return None

@@ -31,6 +31,7 @@ from django_workers import (
     submit_task,
 )
 from django_workers.info import TaskInfo
+from django_workers.live import live_runs
 from django_workers.runtime.run import RunHandle, backoff
 from django_workers.runtime.runtime import EXIT_DRAIN_TIMEOUT, EXIT_OK, WorkerRuntime
 from django_workers.stores import WorkerStore
@@ -292,6 +293,22 @@ def test_a_run_that_stops_on_its_timeout_token_ends_failed(
     assert error_of(info) == ("django_workers.exceptions.TaskTimeoutError", "Timed out after 0.2 s")
     wait_until(idle(served))
     assert info_of(tx_store, task_id).attempts == 1
+
+
+def test_runs_that_ended_leave_nothing_behind_in_the_runtime(
+    tx_store: WorkerStore, runtimes: Start
+) -> None:
+    # What a worker holds per run must go when the run ends, or a long drain grows it:
+    # a run with a timeout used to stay with the watchdog until its deadline.
+    served = runtimes(tx_store)
+    options = TaskOptions(timeout=3600)
+    ids = [submit(tx_store, f"add-{n}", tasks.add, args=[n, 1], options=options) for n in range(20)]
+    run_ids = [wait_for_status(tx_store, task_id, COMPLETED).run_id for task_id in ids]
+    wait_until(idle(served))
+    runtime = served.runtime
+    assert len(runtime._watchdog) == 0
+    assert runtime._active == {}
+    assert [run_id for run_id in run_ids if live_runs.get(run_id) is not None] == []
 
 
 # -- cancelling a running task ----------------------------------------------------------------
