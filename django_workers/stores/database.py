@@ -445,12 +445,23 @@ class DatabaseWorkerStore(WorkerStore):
         queue_limits: Mapping[str, int] | None = None,
     ) -> tuple[list[bool], list[TaskInfo]]:
         if limit > 0 and self._claims_with_ends(ends, queues, queue_limits):
-            connection = connections[self.using]
-            found = sql.finish_and_claim_postgres(connection, ends, worker_id, queues, limit, now)
-            if found is not None:
-                winners, claimed = found
-                won = _won(ends, winners)
-                self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
+            flows = persistence.workflows_of(ends)
+            if flows:
+                # Workflow nodes: the claim joins the second round trip, before its COMMIT.
+                written = self._end_in_two_round_trips(ends, flows, (worker_id, queues, limit, now))
+            else:
+                connection = connections[self.using]
+                found = sql.finish_and_claim_postgres(
+                    connection, ends, worker_id, queues, limit, now
+                )
+                if found is not None:
+                    won = _won(ends, found[0])
+                    self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
+                    written = won, found[1]
+                else:
+                    written = None
+            if written is not None:
+                won, claimed = written
                 claimed.sort(key=rows.claim_order)
                 return won, [rows.info_of(r, r.pop("grants")) for r in claimed]
         if limit > 0 and self._one_transaction(ends):
@@ -477,10 +488,10 @@ class DatabaseWorkerStore(WorkerStore):
         queues: Sequence[str] | None,
         queue_limits: Mapping[str, int] | None,
     ) -> bool:
-        """Plain runs' ends on PostgreSQL in autocommit, and a claim of no limited queue."""
+        """Runs' ends on PostgreSQL in autocommit, and a claim of no limited queue."""
         if any(q for q in queue_limits or {} if not queues or q in queues):
             return False
-        if persistence.workflows_of(ends) or not self._one_statement_of_runs(ends):
+        if not self._one_statement_of_runs(ends):
             return False
         connection = connections[self.using]
         if connection.in_atomic_block:
@@ -510,9 +521,9 @@ class DatabaseWorkerStore(WorkerStore):
 
     def _end_in_workflows(self, ends: Sequence[TaskEnd], flows: list[str]) -> list[bool]:
         """Ends of workflow nodes: their workflows react in the same transaction."""
-        won = self._end_in_two_round_trips(ends, flows)
-        if won is not None:
-            return won
+        written = self._end_in_two_round_trips(ends, flows)
+        if written is not None:
+            return written[0]
         book = _Book(self)
         with self._atomic():
             # Workflow rows before task rows: the order every writer here takes.
@@ -526,14 +537,18 @@ class DatabaseWorkerStore(WorkerStore):
         return won
 
     def _end_in_two_round_trips(
-        self, ends: Sequence[TaskEnd], flows: list[str]
-    ) -> list[bool] | None:
+        self,
+        ends: Sequence[TaskEnd],
+        flows: list[str],
+        claim: tuple[str, Sequence[str] | None, int, datetime] | None = None,
+    ) -> tuple[list[bool], list[dict[str, Any]]] | None:
         """Runs' ends on PostgreSQL whose workflows only promote (the usual case), in autocommit.
 
         One round trip opens the transaction, locks the workflow rows and writes the
-        ends; the machine decides; a second writes each workflow with its promotions and
-        commits. An end that asks for more (a refusal, a stop, an undo) rolls back and
-        goes the general way. None where this does not apply.
+        ends; the machine decides; a second writes each workflow with its promotions
+        (and, with ``claim``, claims for the freed slots) and commits. An end that asks
+        for more (a refusal, a stop, an undo) rolls back and goes the general way.
+        Returns which ends won and the claimed rows; None where this does not apply.
         """
         connection = connections[self.using]
         if connection.in_atomic_block or not self._one_statement_of_runs(ends):
@@ -549,14 +564,14 @@ class DatabaseWorkerStore(WorkerStore):
             if saves is None:
                 sql.rollback_postgres(connection)
                 return None
-            sql.commit_workflows_postgres(connection, saves[1])
+            claimed = sql.commit_workflows_postgres(connection, saves[1], claim)
         except BaseException:
             with contextlib.suppress(DatabaseError):
                 sql.rollback_postgres(connection)
             raise
         won = saves[0]
         self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
-        return won
+        return won, claimed
 
     @staticmethod
     def _plain_reactions(

@@ -363,17 +363,32 @@ def _lock_and_finish(
 def commit_workflows_postgres(
     connection: BaseDatabaseWrapper,
     saves: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]],
-) -> None:
-    """Write each workflow's columns with its promotions, then ``COMMIT``: one round trip."""
+    claim: tuple[str, Sequence[str] | None, int, datetime] | None = None,
+) -> list[dict[str, Any]]:
+    """Write each workflow's columns with its promotions, then ``COMMIT``: one round trip.
+
+    With ``claim`` (worker id, queues, limit, now), a claim runs after the writes and
+    before the ``COMMIT``, and its rows are returned: it may take the nodes just
+    promoted.
+    """
     statements: list[str] = []
     params: list[Any] = []
     for workflow_id, fields, promote in saves:
         sql, values = _save_workflow_sql(connection, workflow_id, fields, promote)
         statements.append(sql)
         params += values
+    if claim is not None:
+        sql, values = _claim_sql(*claim)
+        statements.append(sql)
+        params += values
     statements.append("COMMIT")
     with connection.cursor() as cursor:
         cursor.execute(";\n".join(statements), params)
+        if claim is None:
+            return []
+        for _ in saves:
+            cursor.nextset()
+        return _claimed(cursor.fetchall())
 
 
 def rollback_postgres(connection: BaseDatabaseWrapper) -> None:

@@ -26,6 +26,7 @@ from django_workers.models import TaskRecord, TaskWatcher
 from django_workers.stores import rows, sql
 from django_workers.stores.database import DatabaseWorkerStore
 from django_workers.submission import build_task
+from django_workers.workflows import Workflow
 from tests.factories import NewTaskFactory, TaskRecordFactory, TaskWatcherFactory
 from tests.tasks import add
 
@@ -213,3 +214,20 @@ def test_without_client_side_binding_ends_and_their_refill_share_one_transaction
     # The ends' write and the claim, inside one atomic block.
     assert len(blocks) >= 2
     assert all(blocks)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_node_ends_and_their_refill_take_the_two_round_trips_of_a_node_end() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the two-round-trip node end is PostgreSQL's")
+    store = DatabaseWorkerStore()
+    wf = Workflow("chain", System())
+    first = wf.add("a", add, args=[1, 2])
+    wf.add("b", add, args=[1, 2]).after(first)
+    wf.submit(store=store)
+    [a] = store.claim("w1", None, 5, clock.now())
+    ends = [lifecycle.run_end(a, "w1", TaskStatus.COMPLETED, clock.now(), result=3)]
+    with CaptureQueriesContext(connection) as queries:
+        won, claimed = store.end_and_claim(ends, "w1", None, 1, clock.now())
+    assert (won, [r.id for r in claimed]) == ([True], ["chain:b"])  # promoted, then claimed
+    assert len(queries) == 2, [q["sql"] for q in queries]

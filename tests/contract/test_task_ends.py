@@ -352,3 +352,16 @@ def test_the_refill_respects_queue_limits(tx_store: WorkerStore) -> None:
     won, claimed = tx_store.end_and_claim(ended([first]), "w1", None, 5, clock.now(), LIMITS)
     assert won == [True]
     assert [r.id for r in claimed] == [ids[1]]
+
+
+def test_a_node_end_promotes_its_dependent_before_the_refill_claims(tx_store: WorkerStore) -> None:
+    wf = Workflow("chain", System())
+    first = wf.add("a", add, args=[1, 2])
+    wf.add("b", add, args=[1, 2]).after(first)
+    wf.submit(store=tx_store)
+    [a] = tx_store.claim("w1", None, 5, clock.now(), {})
+    assert a.id == "chain:a"  # b waits for a
+    won, claimed = tx_store.end_and_claim(ended([a]), "w1", None, 1, clock.now(), {})
+    assert won == [True]
+    assert [r.id for r in claimed] == ["chain:b"]
+    assert info(tx_store, "chain:a").status == "COMPLETED"
