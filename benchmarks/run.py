@@ -418,6 +418,22 @@ def ensure_anchors_venv() -> str:
     return str(python)
 
 
+def compile_sources(targets: list[Target]) -> None:
+    """Byte-compile the code each interpreter imports from this checkout, as pip does.
+
+    The anchors come from installed wheels, compiled on install; django-workers
+    and the benchmark's own modules run from the source tree. Where
+    ``PYTHONDONTWRITEBYTECODE`` is set (or the tree is new), every worker start
+    would compile them again, about 0.1 s on this project's start.
+    """
+    for python in sorted({t.python for t in targets}):
+        subprocess.run(
+            [python, "-m", "compileall", "-q", str(ROOT / "django_workers"), str(BENCH)],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+
+
 def build_targets(
     dbs: list[str], anchors: bool, pg_base: str, prefix: str = DEFAULT_DB_PREFIX
 ) -> list[Target]:
@@ -926,6 +942,7 @@ def main(argv: list[str] | None = None) -> int:
         targets = build_targets(
             dbs, args.anchors, os.environ.get("BENCH_PG_URL", DEFAULT_PG), args.pg_db_prefix
         )
+        compile_sources(targets)
         machine = machine_info()
         if machine["load_at_start"] > machine["nproc"] / 2:
             say(
