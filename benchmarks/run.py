@@ -329,9 +329,32 @@ def measure_drain(
     }
 
 
+def settle_machine(target: Target, limit: float = 60.0) -> None:
+    """Let the work earlier figures left behind finish before a latency figure starts.
+
+    The drains before it leave autovacuum, a checkpoint's writes and the page
+    cache's write-back running for a while; whichever system is measured first
+    after them would wait on the disk more than the next. So, for every
+    system alike: wait (up to ``limit`` seconds) until no autovacuum worker is
+    running on the server, ``CHECKPOINT``, and flush the page cache to disk.
+    """
+    if target.db == "postgresql":
+        import psycopg
+
+        deadline = time.monotonic() + limit
+        with psycopg.connect(target.db_url, autocommit=True, connect_timeout=5) as c:
+            busy = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
+            while (c.execute(busy).fetchone() or (0,))[0] and time.monotonic() < deadline:
+                time.sleep(0.2)
+            with contextlib.suppress(psycopg.Error):  # CHECKPOINT needs a superuser
+                c.execute("CHECKPOINT")
+    os.sync()
+
+
 def measure_latency(target: Target, sizes: Sizes, run: int) -> dict[str, Any]:
     """Start one worker, let it go idle, then time one probe task at a time."""
     drive(target, "reset")
+    settle_machine(target)
     WORK.mkdir(parents=True, exist_ok=True)
     probe = WORK / f"probe-{target.key}-{run}.txt"
     log = LOGS / f"{target.key}-latency-{run}.log"
