@@ -412,7 +412,7 @@ class WorkerRuntime:
         # are stored first, so this worker never holds more RUNNING records than slots.
         refill = 0 if self._stopping.is_set() else len(returned)
         won, claimed = self._end_with_retry([end for end, _h, _r in batch], refill)
-        started = self._begin(claimed) if claimed else []
+        started = self._begin(claimed)
         self._release(*returned, kept=len(started))
         for info in started:
             self._dispatch(info, slot_held=True)

@@ -445,21 +445,14 @@ class DatabaseWorkerStore(WorkerStore):
         queue_limits: Mapping[str, int] | None = None,
     ) -> tuple[list[bool], list[TaskInfo]]:
         if limit > 0 and self._claims_with_ends(ends, queues, queue_limits):
+            claim = (worker_id, queues, limit, now)
             flows = persistence.workflows_of(ends)
-            if flows:
-                # Workflow nodes: the claim joins the second round trip, before its COMMIT.
-                written = self._end_in_two_round_trips(ends, flows, (worker_id, queues, limit, now))
-            else:
-                connection = connections[self.using]
-                found = sql.finish_and_claim_postgres(
-                    connection, ends, worker_id, queues, limit, now
-                )
-                if found is not None:
-                    won = _won(ends, found[0])
-                    self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
-                    written = won, found[1]
-                else:
-                    written = None
+            # Workflow nodes: the claim joins the second round trip, before its COMMIT.
+            written = (
+                self._end_in_two_round_trips(ends, flows, claim)
+                if flows
+                else self._finish_and_claim(ends, claim)
+            )
             if written is not None:
                 won, claimed = written
                 claimed.sort(key=rows.claim_order)
@@ -471,6 +464,17 @@ class DatabaseWorkerStore(WorkerStore):
                 won = self.end_tasks(ends)
                 return won, self.claim(worker_id, queues, limit, now, queue_limits)
         return super().end_and_claim(ends, worker_id, queues, limit, now, queue_limits)
+
+    def _finish_and_claim(
+        self, ends: Sequence[TaskEnd], claim: sql.ClaimArgs
+    ) -> tuple[list[bool], list[dict[str, Any]]] | None:
+        """Plain runs' ends and the claim, in one round trip; None where it cannot be."""
+        found = sql.finish_and_claim_postgres(connections[self.using], ends, claim)
+        if found is None:
+            return None
+        won = _won(ends, found[0])
+        self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
+        return won, found[1]
 
     def _one_transaction(self, ends: Sequence[TaskEnd]) -> bool:
         """Ends of plain tasks in autocommit: one transaction with the claim.
@@ -491,8 +495,10 @@ class DatabaseWorkerStore(WorkerStore):
         """Runs' ends on PostgreSQL in autocommit, and a claim of no limited queue."""
         if any(q for q in queue_limits or {} if not queues or q in queues):
             return False
-        if not self._one_statement_of_runs(ends):
-            return False
+        return self._one_statement_of_runs(ends) and self._autocommit()
+
+    def _autocommit(self) -> bool:
+        """The connection commits each statement: in autocommit, outside any atomic block."""
         connection = connections[self.using]
         if connection.in_atomic_block:
             return False
@@ -540,7 +546,7 @@ class DatabaseWorkerStore(WorkerStore):
         self,
         ends: Sequence[TaskEnd],
         flows: list[str],
-        claim: tuple[str, Sequence[str] | None, int, datetime] | None = None,
+        claim: sql.ClaimArgs | None = None,
     ) -> tuple[list[bool], list[dict[str, Any]]] | None:
         """Runs' ends on PostgreSQL whose workflows only promote (the usual case), in autocommit.
 
@@ -550,12 +556,9 @@ class DatabaseWorkerStore(WorkerStore):
         for more (a refusal, a stop, an undo) rolls back and goes the general way.
         Returns which ends won and the claimed rows; None where this does not apply.
         """
+        if not (self._one_statement_of_runs(ends) and self._autocommit()):
+            return None
         connection = connections[self.using]
-        if connection.in_atomic_block or not self._one_statement_of_runs(ends):
-            return None
-        connection.ensure_connection()
-        if not connection.get_autocommit():
-            return None
         found = sql.lock_and_finish_postgres(connection, flows, WORKFLOW_COLUMNS, ends, begin=True)
         if found is None:
             return None
@@ -815,7 +818,7 @@ class DatabaseWorkerStore(WorkerStore):
         # SQLite has one write lock: a long delete would hold every claim up, so the
         # batch goes in short transactions there, each followed by a pause.
         sqlite = self.vendor == "sqlite"
-        step = SQLITE_DELETE_CHUNK if sqlite else max(len(ids), 1)
+        step = SQLITE_DELETE_CHUNK if sqlite else len(ids)
         deleted = 0
         for start in range(0, len(ids), step):
             chunk = ids[start : start + step]

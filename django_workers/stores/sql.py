@@ -18,6 +18,7 @@ decided in Python between a read and a write.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -189,13 +190,12 @@ def claim_postgres(
         return _claimed(cursor.fetchall())
 
 
+#: A claim's worker id, queues (None: every queue), most rows, and the time it claims at.
+ClaimArgs = tuple[str, Sequence[str] | None, int, datetime]
+
+
 def finish_and_claim_postgres(
-    connection: BaseDatabaseWrapper,
-    ends: Sequence[TaskEnd],
-    worker_id: str,
-    queues: Sequence[str] | None,
-    limit: int,
-    now: datetime,
+    connection: BaseDatabaseWrapper, ends: Sequence[TaskEnd], claim: ClaimArgs
 ) -> tuple[set[tuple[str, str]], list[dict[str, Any]]] | None:
     """Write runs' ends (distinct tasks), then claim up to ``limit`` rows: one round trip.
 
@@ -206,11 +206,11 @@ def finish_and_claim_postgres(
     cursor binds parameters on the server (one statement a call; nothing is sent).
     """
     finish, finish_params = _finish_sql(ends)
-    claim, claim_params = _claim_sql(worker_id, queues, limit, now)
-    with connection.cursor() as cursor:
-        if not isinstance(cursor.cursor, psycopg_client_cursor()):
+    claim_sql, claim_params = _claim_sql(*claim)
+    with _statements_cursor(connection) as cursor:
+        if cursor is None:
             return None
-        cursor.execute(f"{finish};\n{claim}", [*finish_params, *claim_params])
+        cursor.execute(f"{finish};\n{claim_sql}", [*finish_params, *claim_params])
         winners = {(task_id, run_id) for task_id, run_id in cursor.fetchall()}
         cursor.nextset()
         return winners, _claimed(cursor.fetchall())
@@ -327,8 +327,8 @@ def lock_and_finish_postgres(
     (task id, run id) pairs, or None where the cursor binds parameters on the server
     (one statement a call; nothing is sent then).
     """
-    with connection.cursor() as cursor:
-        if not isinstance(cursor.cursor, psycopg_client_cursor()):
+    with _statements_cursor(connection) as cursor:
+        if cursor is None:
             return None
         return _lock_and_finish(connection, cursor, workflow_ids, columns, ends, begin=begin)
 
@@ -363,7 +363,7 @@ def _lock_and_finish(
 def commit_workflows_postgres(
     connection: BaseDatabaseWrapper,
     saves: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]],
-    claim: tuple[str, Sequence[str] | None, int, datetime] | None = None,
+    claim: ClaimArgs | None = None,
 ) -> list[dict[str, Any]]:
     """Write each workflow's columns with its promotions, then ``COMMIT``: one round trip.
 
@@ -395,6 +395,16 @@ def rollback_postgres(connection: BaseDatabaseWrapper) -> None:
     """End an open transaction of ``open_lock_and_finish_postgres`` without its writes."""
     with connection.cursor() as cursor:
         cursor.execute("ROLLBACK")
+
+
+@contextlib.contextmanager
+def _statements_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any | None]:
+    """Django's cursor where one query may hold several statements (client-side binding).
+
+    None where psycopg binds on the server, which takes one statement a query.
+    """
+    with connection.cursor() as cursor:
+        yield cursor if isinstance(cursor.cursor, psycopg_client_cursor()) else None
 
 
 @functools.cache
