@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from pytest_django import DjangoAssertNumQueries
 from django_workers import (
     Owner,
     System,
+    TaskOptions,
     TaskStatus,
     TaskSubmission,
     cancel_task,
@@ -186,6 +188,42 @@ def test_a_task_submitted_alone_has_the_fresh_columns_of_any_new_record(
     stored = TaskRecord.objects.filter(pk=task_id).values(*fresh).get()
     new = build_task(TaskSubmission(key="k2", task=add), ALICE, db_store)
     assert stored == {name: rows.row_of(new)[name] for name in fresh}
+
+
+def test_a_task_submitted_alone_is_stored_as_the_insert_of_a_batch_stores_it(
+    db_store: DatabaseWorkerStore,
+) -> None:
+    # The one-row path (on PostgreSQL a function of its own, with its own column list;
+    # on SQLite an INSERT with literals) and the batch INSERT must store every column alike: a column added to the table
+    # but not to that function, or parameters in another order, fail here.
+    options = TaskOptions(timeout=30, retries=2)
+    when = clock.now() + timedelta(hours=1)
+    one, other = (
+        build_task(
+            TaskSubmission(
+                key=key,
+                task=add,
+                args=[1, {"x": [2]}],
+                kwargs={"y": "z"},
+                queue="q",
+                priority=7,
+                run_after=when,
+                options=options,
+            ),
+            ALICE,
+            db_store,
+        )
+        for key in ("one", "other")
+    )
+    assert db_store.submit(one, "alice").created
+    assert not db_store.submit(one, "alice").created  # the id is taken, the run lives
+    sql.insert_records(connection, [rows.row_of(other)])
+    varying = {"id", "key", "run_id", "created_at"}
+    columns = [f for f in sql._FIELDS if f not in varying]
+    stored = {r.pop("key"): r for r in TaskRecord.objects.values("key", *columns)}
+    assert stored["one"] == stored["other"]
+    assert stored["one"]["owner"] == "alice"
+    assert stored["one"]["options"] == options.to_json()
 
 
 @pytest.mark.django_db(transaction=True)
