@@ -8,6 +8,8 @@ from types import SimpleNamespace
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.db import connection
+from django.db.migrations.recorder import MigrationRecorder
 from django.test import override_settings
 
 from django_workers import checks
@@ -134,6 +136,21 @@ def test_the_settings_check_runs_under_plain_check() -> None:
 def test_the_migrations_check_passes_on_a_migrated_database() -> None:
     assert check_migrations_applied(databases=["default"]) == []
     assert check_migrations_applied() == []  # not asked for a database: nothing to say
+
+
+@pytest.mark.django_db
+def test_the_migrations_check_sees_one_migration_missing_from_the_record() -> None:
+    # The quick path compares the migration files with django_migrations; a file not
+    # recorded sends it to the full plan, which reports it.
+    recorder = MigrationRecorder(connection)
+    latest = max(name for app, name in recorder.applied_migrations() if app == "django_workers")
+    recorder.record_unapplied("django_workers", latest)
+    try:
+        problems = check_migrations_applied(databases=["default"])
+    finally:
+        recorder.record_applied("django_workers", latest)
+    assert [p.id for p in problems] == ["django_workers.E013"]
+    assert check_migrations_applied(databases=["default"]) == []
 
 
 def test_sqlite_without_wal_immediate_and_timeout_warns(monkeypatch: pytest.MonkeyPatch) -> None:
