@@ -193,9 +193,9 @@ def test_a_task_submitted_alone_has_the_fresh_columns_of_any_new_record(
 def test_a_task_submitted_alone_is_stored_as_the_insert_of_a_batch_stores_it(
     db_store: DatabaseWorkerStore,
 ) -> None:
-    # The one-row path (on PostgreSQL a function of its own, with its own column list;
-    # on SQLite an INSERT with literals) and the batch INSERT must store every column alike: a column added to the table
-    # but not to that function, or parameters in another order, fail here.
+    # The one-row path (on PostgreSQL a function with its own column list, on SQLite an
+    # INSERT with literals) and the batch INSERT must store every column alike: a column
+    # added to the table but not to that function, or parameters in another order, fail.
     options = TaskOptions(timeout=30, retries=2)
     when = clock.now() + timedelta(hours=1)
     one, other = (
