@@ -23,14 +23,19 @@ def set_context_factory(factory: ContextFactory | None) -> None:
     _context_factory = factory
 
 
-def invoke(info: TaskInfo) -> Any:
-    """Run the task ``info`` names in this thread and return what it returns."""
+def invoke(info: TaskInfo, live: Callable[[], TaskInfo] | None = None) -> Any:
+    """Run the task ``info`` names in this thread and return what it returns.
+
+    ``live`` builds the run's current snapshot for a ``takes_context`` task's context
+    (``info`` itself when not given); other tasks only need the path and arguments,
+    so a worker does not build one for each of them.
+    """
     target = resolve(info.task_path)
     args: list[Any] = list(info.args)
     if isinstance(target, Task):
         func: Callable[..., Any] = target.func
         if target.takes_context:
-            args.insert(0, _context(info, target))
+            args.insert(0, _context(live() if live is not None else info, target))
     else:
         func = target
     if inspect.iscoroutinefunction(func):

@@ -52,9 +52,29 @@ def configure_logging(verbosity: int) -> None:
     if not log.handlers and not logging.getLogger().handlers:
         handler = logging.StreamHandler()
         handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
+            _LineFormatter("%(asctime)s %(levelname)s %(name)s [%(process)d] %(message)s")
         )
         log.addHandler(handler)
+
+
+class _LineFormatter(logging.Formatter):
+    """logging's default line, with the date and time text made once a second, not per line.
+
+    A busy worker logs a line for every task it ends, and ``strftime`` was a fair
+    share of what a line costs.
+    """
+
+    _second: tuple[int, str] = (-1, "")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        if datefmt is not None:
+            return super().formatTime(record, datefmt)
+        second, text = self._second
+        if int(record.created) != second:
+            second = int(record.created)
+            text = time.strftime(self.default_time_format, self.converter(record.created))
+            self._second = (second, text)
+        return self.default_msec_format % (text, record.msecs)
 
 
 def install_signal_handlers(

@@ -152,7 +152,7 @@ def execute(handle: RunHandle) -> TaskEnd:
     try:
         while True:
             try:
-                value = invoking.invoke(handle.snapshot())
+                value = invoking.invoke(handle.info, handle.snapshot)
             except TaskCancelled as e:
                 reason = handle.token.reason if handle.token.requested else CancelReason(e.reason)
                 return handle.cancelled_end(reason)
