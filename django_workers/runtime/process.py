@@ -67,7 +67,7 @@ class _LineFormatter(logging.Formatter):
     _second: tuple[int, str] = (-1, "")
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
-        if datefmt is not None:
+        if datefmt is not None or self.default_msec_format is None:
             return super().formatTime(record, datefmt)
         second, text = self._second
         if int(record.created) != second:
