@@ -295,13 +295,23 @@ def measure_idle_worker(target: Target, sizes: Sizes, run: int) -> dict[str, Any
 
 
 def measure_drain(
-    target: Target, count: int, processes: int, run: int, concurrency: int | None = None
+    target: Target,
+    count: int,
+    processes: int,
+    run: int,
+    concurrency: int | None = None,
+    quiet: bool = False,
 ) -> dict[str, Any]:
-    """Queue ``count`` no-op tasks, run ``processes`` burst workers, time the drain."""
+    """Queue ``count`` no-op tasks, run ``processes`` burst workers, time the drain.
+
+    ``quiet``: our worker at ``--verbosity 0``, without its line per finished task.
+    """
     drive(target, "prefill", count=count)
-    suffix = f"c{concurrency}-" if concurrency else ""
+    suffix = (f"c{concurrency}-" if concurrency else "") + ("quiet-" if quiet else "")
     logs = [LOGS / f"{target.key}-drain{processes}-{suffix}{run}-{n}.log" for n in range(processes)]
     cmd = target.worker_command(burst=True, concurrency=concurrency)
+    if quiet:
+        cmd += ["--verbosity", "0"]
     busy_before = machine_busy()
     launched = time.time()
     procs = [spawn(target, cmd, log) for log in logs]
@@ -596,13 +606,21 @@ def run_all(targets: list[Target], sizes: Sizes, only_enqueue: bool = False) -> 
                     f"  ({time.monotonic() - started:.1f} s)"
                 )
     sweep: dict[str, Any] = {}
+    quiet: list[dict[str, Any]] = []
     pg_ours = next((t for t in targets if t.key == "workers-pg"), None)
     if sizes.sweep and pg_ours is not None and not only_enqueue:
         for concurrency in SWEEP_CONCURRENCY:
             answer = measure_drain(pg_ours, sizes.drain, 1, 0, concurrency=concurrency)
             sweep[str(concurrency)] = answer
             say(f"{'sweep':<15} --concurrency {concurrency:<3} {pg_ours.label:<27} {brief(answer)}")
-    return {"setup": setup, "raw": raw, "sweep": sweep}
+        # The anchors' workers print nothing per task by default; ours prints a line per
+        # end. The same drain without those lines says what they cost.
+        for run in range(sizes.runs):
+            answer = measure_drain(pg_ours, sizes.drain, 1, run, quiet=True)
+            quiet.append(answer)
+            progress = f"run {run + 1}/{sizes.runs}"
+            say(f"{'drain -v 0':<15} {progress}  {pg_ours.label:<27} {brief(answer)}")
+    return {"setup": setup, "raw": raw, "sweep": sweep, "quiet": quiet}
 
 
 def brief(answer: dict[str, Any]) -> str:
@@ -906,6 +924,23 @@ def report(
                 f"{a['worker_cpu']:.2f} |"
             )
         lines.append("")
+    if data.get("quiet"):
+        quiet = data["quiet"]
+        rate = median([a["per_second"] for a in quiet])
+        against = [
+            f"{rate / summary[key]['drain_1_per_s']:.1f}x {name}"
+            for key, name in (("dtdb", "db_worker"), ("procrastinate", "Procrastinate"))
+            if key in summary
+        ]
+        lines += [
+            f"django-workers on PostgreSQL, the same 1-process drain at `--verbosity 0` (no log "
+            f"line per finished task; the anchors' workers print none by default), median of "
+            f"{len(quiet)}: {rate:,.0f}/s"
+            + (f" ({', '.join(against)})" if against else "")
+            + f", from the first start {median([a['steady_per_second'] for a in quiet]):,.0f}/s, "
+            f"worker CPU {median([a['worker_cpu'] for a in quiet]):.2f} s.",
+            "",
+        ]
     if data.get("memory"):
         from benchmarks import memory
 
