@@ -8,8 +8,10 @@ when claiming). No transaction here ever spans user code.
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -63,6 +65,27 @@ SQLITE_DELETE_CHUNK = 100
 #: busy handler), so a pause longer than that lets any waiting claim in.
 SQLITE_DELETE_PAUSE = 0.03
 
+#: One lock per SQLite database file in this process, taken around each write.
+_SQLITE_WRITERS: dict[str, threading.RLock] = {}
+
+def _one_writer[Method: Callable[..., Any]](method: Method) -> Method:
+    """Run a store method that writes as this process's only SQLite writer of the moment.
+
+    SQLite has one write lock, and a thread that finds it taken sleeps in the busy
+    handler (up to 100 ms between tries) rather than queueing: with a claim loop and
+    an end writer taking it back to back, a third thread (the heartbeat) could lose
+    every try for seconds and the worker would stop, its lease not renewed. Threads of
+    one process therefore take turns on a lock of their own first.
+    """
+
+    @functools.wraps(method)
+    def one_writer(self: DatabaseWorkerStore, *args: Any, **kwargs: Any) -> Any:
+        with self._writing():
+            return method(self, *args, **kwargs)
+
+    return one_writer  # type: ignore[return-value]
+
+
 
 class DatabaseWorkerStore(WorkerStore):
     """Task records in the site's database, shared by every process that reaches it."""
@@ -91,6 +114,16 @@ class DatabaseWorkerStore(WorkerStore):
     def _atomic(self) -> Any:
         return transaction.atomic(using=self.using)
 
+    def _writing(self) -> Any:
+        """This process's SQLite writer lock, or nothing to wait for (see ``_one_writer``)."""
+        connection = connections[self.using]
+        # Inside a transaction this thread may hold SQLite's own lock already: waiting
+        # for a thread that waits for that lock would stall both until the busy timeout.
+        if connection.vendor != "sqlite" or connection.in_atomic_block:
+            return nullcontext()
+        name = str(connection.settings_dict["NAME"])
+        return _SQLITE_WRITERS.get(name) or _SQLITE_WRITERS.setdefault(name, threading.RLock())
+
     def _slots(self) -> Any:
         return HeldSlot.objects.using(self.using)
 
@@ -102,6 +135,7 @@ class DatabaseWorkerStore(WorkerStore):
 
     # -- submitting --
 
+    @_one_writer
     def submit(self, new: NewTask, caller: str | None) -> Submitted:
         if not rows.grants_of(new):
             # Fast path: one INSERT. Only a taken id needs the locking path below.
@@ -130,6 +164,7 @@ class DatabaseWorkerStore(WorkerStore):
                         raise
             return self._resubmit(new, caller, row)
 
+    @_one_writer
     def submit_many(self, news: Sequence[NewTask], caller: str | None) -> list[Submitted]:
         if len(news) == 1:
             return [self.submit(news[0], caller)]
@@ -196,6 +231,7 @@ class DatabaseWorkerStore(WorkerStore):
         if grants:
             self._watchers().bulk_create(grants)
 
+    @_one_writer
     def replace_task(self, new: NewTask) -> None:
         row = rows.row_of(new)
         with self._atomic():
@@ -203,6 +239,7 @@ class DatabaseWorkerStore(WorkerStore):
             self._watchers().filter(task_id=new.id).delete()
             self._grant([new])
 
+    @_one_writer
     def add_watcher(self, task_id: str, user_id: str) -> bool:
         try:
             with self._atomic():
@@ -215,6 +252,7 @@ class DatabaseWorkerStore(WorkerStore):
             return False  # already watching (unique constraint)
         return True
 
+    @_one_writer
     def submit_workflow(self, workflow: NewWorkflow, tasks: Sequence[NewTask]) -> str | None:
         with self._atomic():
             try:
@@ -318,6 +356,7 @@ class DatabaseWorkerStore(WorkerStore):
 
     # -- state changes --
 
+    @_one_writer
     def try_transition(
         self,
         task_id: str,
@@ -334,6 +373,7 @@ class DatabaseWorkerStore(WorkerStore):
             qs = qs.filter(worker_id=claimed_by)
         return qs.update(status=to_state, **fields) == 1
 
+    @_one_writer
     def set_task_state(self, task_id: str, run_id: RunId, **fields: Any) -> bool:
         rows.check_state_fields(fields)
         return self._fenced(task_id, run_id).update(**fields) == 1
@@ -344,6 +384,7 @@ class DatabaseWorkerStore(WorkerStore):
 
     # -- the runtime's questions --
 
+    @_one_writer
     def claim(
         self,
         worker_id: str,
@@ -418,6 +459,7 @@ class DatabaseWorkerStore(WorkerStore):
             free[q] -= 1
         return free
 
+    @_one_writer
     def end_tasks(self, ends: Sequence[TaskEnd]) -> list[bool]:
         if not ends:
             return []
@@ -435,6 +477,7 @@ class DatabaseWorkerStore(WorkerStore):
         self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
         return won
 
+    @_one_writer
     def end_and_claim(
         self,
         ends: Sequence[TaskEnd],
@@ -608,6 +651,7 @@ class DatabaseWorkerStore(WorkerStore):
         book.locked.update((row["id"], row) for row in rows)
         return _won(ends, winners)
 
+    @_one_writer
     def cancel_workflow(self, workflow_id: str, undo: bool | None) -> bool | None:
         book = _Book(self)
         with self._atomic():
@@ -615,6 +659,7 @@ class DatabaseWorkerStore(WorkerStore):
         book.wake()
         return cancelled
 
+    @_one_writer
     def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
         if not runs:
             return []
@@ -674,6 +719,7 @@ class DatabaseWorkerStore(WorkerStore):
             if (reason := rows.stop_reason(found.get(task_id), worker_id, run_id))
         }
 
+    @_one_writer
     def register_worker(self, worker: WorkerRegistration) -> None:
         self._workers().update_or_create(
             id=worker.id,
@@ -687,9 +733,11 @@ class DatabaseWorkerStore(WorkerStore):
             },
         )
 
+    @_one_writer
     def heartbeat(self, worker_id: str, now: datetime) -> bool:
         return self._workers().filter(pk=worker_id).update(heartbeat_at=now) == 1
 
+    @_one_writer
     def remove_worker(self, worker_id: str) -> None:
         self._workers().filter(pk=worker_id).delete()
 
@@ -714,6 +762,7 @@ class DatabaseWorkerStore(WorkerStore):
             for w in self._workers().order_by("started_at")
         ]
 
+    @_one_writer
     def recover_zombies(
         self, *, lease_timeout: float, now: datetime, dead: Iterable[str] = ()
     ) -> list[TaskEnd]:
@@ -822,7 +871,8 @@ class DatabaseWorkerStore(WorkerStore):
         deleted = 0
         for start in range(0, len(ids), step):
             chunk = ids[start : start + step]
-            with self._atomic():
+            # The writer lock per chunk too: the pause after it is for the others.
+            with self._writing(), self._atomic():
                 self._watchers().filter(task_id__in=chunk).delete()
                 # The read's conditions again: a record re-run since then is not deleted.
                 deleted += doomed.filter(pk__in=chunk)._raw_delete(self.using)
@@ -830,6 +880,7 @@ class DatabaseWorkerStore(WorkerStore):
                 time.sleep(SQLITE_DELETE_PAUSE)
         return deleted
 
+    @_one_writer
     def delete_finished_workflows(self, before: datetime, batch: int) -> int:
         ended = self._flows().filter(state__in=list(WORKFLOW_ENDS), finished_at__lt=before)
         # In no order: the model's (newest first) would sort every ended workflow.

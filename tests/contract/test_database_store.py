@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from pytest_django import DjangoAssertNumQueries
 
@@ -269,3 +270,47 @@ def test_on_postgresql_node_ends_and_their_refill_take_the_two_round_trips_of_a_
         won, claimed = store.end_and_claim(ends, "w1", None, 1, clock.now())
     assert (won, [r.id for r in claimed]) == ([True], ["chain:b"])  # promoted, then claimed
     assert len(queries) == 2, [q["sql"] for q in queries]
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's one write lock")
+def test_threads_of_one_process_take_turns_to_write_to_sqlite(
+    db_store: DatabaseWorkerStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # SQLite's busy handler sleeps instead of queueing, so a heartbeat beside a busy claim
+    # loop and end writer could lose every try for longer than the lease. Held inside a
+    # claim, this process's writer lock makes the heartbeat wait its turn instead.
+    inside, release = threading.Event(), threading.Event()
+    ready = sql.any_ready
+
+    def held_ready(*args: Any) -> bool:
+        inside.set()
+        release.wait(10.0)
+        return ready(*args)
+
+    def in_thread(fn: Any, *args: Any) -> threading.Thread:
+        def run() -> None:
+            try:
+                fn(*args)
+            finally:
+                connections.close_all()
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    monkeypatch.setattr(sql, "any_ready", held_ready)
+    claimer = in_thread(db_store.claim, "w1", None, 1, clock.now())
+    try:
+        assert inside.wait(10.0)
+        beat = in_thread(db_store.heartbeat, "w2", clock.now())
+        beat.join(0.3)
+        assert beat.is_alive()  # waiting for the claim to finish
+        # A thread inside a transaction may hold SQLite's own lock: it never waits here.
+        with transaction.atomic():
+            assert db_store.heartbeat("w3", clock.now()) is False
+        assert beat.is_alive()
+    finally:
+        release.set()
+    claimer.join(10.0)
+    beat.join(10.0)
+    assert not claimer.is_alive() and not beat.is_alive()
