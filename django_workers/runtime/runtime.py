@@ -42,6 +42,7 @@ from django_workers.conf import queue_limits, workers_settings
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.lifecycle import TaskEnd
 from django_workers.live import live_runs
+from django_workers.runtime.flag import SignalSafeEvent
 from django_workers.runtime.reporter import (
     EndItem,
     Reporter,
@@ -117,8 +118,9 @@ class WorkerRuntime:
         # yet): a thread and a slot stay taken until then, whatever the record says.
         self._busy = 0
         self._lock = threading.Condition()
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
+        # Set by the stop signals' handlers, which may run while this thread holds them.
+        self._wake = SignalSafeEvent()
+        self._stopping = SignalSafeEvent()
         self._closed = threading.Event()
         self._check_cancels = threading.Event()
         self._jobs: queue.SimpleQueue[RunHandle | None] = queue.SimpleQueue()
@@ -153,7 +155,10 @@ class WorkerRuntime:
             return [h.snapshot() for h in self._active.values()]
 
     def request_stop(self) -> None:
-        """Stop claiming and begin the drain (what SIGTERM does). Safe from a signal handler."""
+        """Stop claiming and begin the drain (what SIGTERM does).
+
+        Safe from a signal handler, even one that interrupts this thread inside it.
+        """
         self._stopping.set()
         self._wake.set()
 

@@ -68,6 +68,7 @@ SQLITE_DELETE_PAUSE = 0.03
 #: One lock per SQLite database file in this process, taken around each write.
 _SQLITE_WRITERS: dict[str, threading.RLock] = {}
 
+
 def _one_writer[Method: Callable[..., Any]](method: Method) -> Method:
     """Run a store method that writes as this process's only SQLite writer of the moment.
 
@@ -84,7 +85,6 @@ def _one_writer[Method: Callable[..., Any]](method: Method) -> Method:
             return method(self, *args, **kwargs)
 
     return one_writer  # type: ignore[return-value]
-
 
 
 class DatabaseWorkerStore(WorkerStore):

@@ -313,4 +313,5 @@ def test_threads_of_one_process_take_turns_to_write_to_sqlite(
         release.set()
     claimer.join(10.0)
     beat.join(10.0)
-    assert not claimer.is_alive() and not beat.is_alive()
+    assert not claimer.is_alive()
+    assert not beat.is_alive()
