@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -67,6 +68,9 @@ SQLITE_DELETE_PAUSE = 0.03
 
 #: One lock per SQLite database file in this process, taken around each write.
 _SQLITE_WRITERS: dict[str, threading.RLock] = {}
+# A forked child starts with fresh locks: one its parent's thread held at the fork
+# would never be released there.
+os.register_at_fork(after_in_child=_SQLITE_WRITERS.clear)
 
 
 def _one_writer[Method: Callable[..., Any]](method: Method) -> Method:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from datetime import timedelta
 from typing import Any
@@ -315,3 +316,36 @@ def test_threads_of_one_process_take_turns_to_write_to_sqlite(
     beat.join(10.0)
     assert not claimer.is_alive()
     assert not beat.is_alive()
+
+
+@pytest.mark.skipif(
+    connection.vendor != "sqlite" or not hasattr(os, "fork"), reason="SQLite's writer lock, fork"
+)
+def test_a_forked_child_does_not_inherit_a_held_writer_lock(db_store: DatabaseWorkerStore) -> None:
+    writer = db_store._writing()
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # another thread holds the lock when the child is forked
+        with writer:
+            held.set()
+            release.wait(10.0)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    read, write = os.pipe()
+    try:
+        assert held.wait(10.0)
+        pid = os.fork()
+        if pid == 0:  # the child, where that thread does not exist: can it take the lock?
+            os.close(read)
+            took = db_store._writing().acquire(timeout=2.0)
+            os.write(write, b"1" if took else b"0")
+            os._exit(0)
+    finally:
+        release.set()
+        holder.join(10.0)
+    os.close(write)
+    took = os.read(read, 1)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert took == b"1"
