@@ -86,6 +86,23 @@ def end_record(
     return ended
 
 
+def answer_in_forked_child(question: Callable[[], bool]) -> bool | None:
+    """Fork, ask ``question()`` in the child and return its answer (None if it raised)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            os.write(write, b"1" if question() else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    answer = os.read(read, 1)
+    os.close(read)
+    os.waitpid(pid, 0)
+    return {b"1": True, b"0": False}.get(answer)
+
+
 class RuntimeThread:
     """A ``WorkerRuntime`` serving on a background thread, as ``runworkers`` would serve."""
 

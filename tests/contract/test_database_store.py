@@ -32,6 +32,7 @@ from django_workers.stores.database import DatabaseWorkerStore
 from django_workers.submission import build_task
 from django_workers.workflows import Workflow
 from tests.factories import NewTaskFactory, TaskRecordFactory, TaskWatcherFactory
+from tests.helpers import answer_in_forked_child
 from tests.tasks import add
 
 ALICE, SVC = Owner("alice"), Owner("svc")
@@ -332,20 +333,11 @@ def test_a_forked_child_does_not_inherit_a_held_writer_lock(db_store: DatabaseWo
 
     holder = threading.Thread(target=hold)
     holder.start()
-    read, write = os.pipe()
     try:
         assert held.wait(10.0)
-        pid = os.fork()
-        if pid == 0:  # the child, where that thread does not exist: can it take the lock?
-            os.close(read)
-            took = db_store._writing().acquire(timeout=2.0)
-            os.write(write, b"1" if took else b"0")
-            os._exit(0)
+        # In the child that thread does not exist: can it take the lock?
+        took = answer_in_forked_child(lambda: db_store._writing().acquire(timeout=2.0))
     finally:
         release.set()
         holder.join(10.0)
-    os.close(write)
-    took = os.read(read, 1)
-    os.close(read)
-    os.waitpid(pid, 0)
-    assert took == b"1"
+    assert took is True
