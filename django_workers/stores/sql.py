@@ -219,8 +219,18 @@ def claim_postgres(
     limit: int,
     now: datetime,
 ) -> list[dict[str, Any]]:
-    """Claim up to ``limit`` ready rows in one statement; rows come back as column dicts."""
+    """Claim up to ``limit`` ready rows in one statement; rows come back as column dicts.
+
+    In autocommit, the planner setting of ``_ordered_claim`` goes first, in the same
+    round trip and transaction; inside a caller's transaction it would outlive the
+    claim, so the claim goes alone there.
+    """
     sql, params = _claim_sql(worker_id, queues, limit, now)
+    with _statements_cursor(connection) as cursor:
+        if cursor is not None and connection.get_autocommit() and not connection.in_atomic_block:
+            cursor.execute(_ordered_claim(queues) + sql, params)
+            _past_ordered_claim(cursor, queues)
+            return _claimed(cursor.fetchall())
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return _claimed(cursor.fetchall())
@@ -246,9 +256,13 @@ def finish_and_claim_postgres(
     with _statements_cursor(connection) as cursor:
         if cursor is None:
             return None
-        cursor.execute(f"{finish};\n{claim_sql}", [*finish_params, *claim_params])
+        queues = claim[1]
+        cursor.execute(
+            f"{finish};\n{_ordered_claim(queues)}{claim_sql}", [*finish_params, *claim_params]
+        )
         winners = {(task_id, run_id) for task_id, run_id in cursor.fetchall()}
         cursor.nextset()
+        _past_ordered_claim(cursor, queues)
         return winners, _claimed(cursor.fetchall())
 
 
@@ -257,7 +271,10 @@ def _claim_sql(
 ) -> tuple[str, list[Any]]:
     table = TaskRecord._meta.db_table
     watchers = TaskWatcher._meta.db_table
-    queue_filter = "AND queue = ANY(%s)" if queues else ""
+    # One queue as an equality, so that its index gives the rows in claim order.
+    queue_filter = ""
+    if queues:
+        queue_filter = "AND queue = %s" if len(queues) == 1 else "AND queue = ANY(%s)"
     returning = ", ".join(f"t.{c}" for c in _COLUMNS)
     sql = f"""
         UPDATE {table} AS t
@@ -276,9 +293,31 @@ def _claim_sql(
     """
     params: list[Any] = [TaskStatus.RUNNING.value, worker_id, now, TaskStatus.PENDING.value, now]
     if queues:
-        params.append(list(queues))
+        params.append(queues[0] if len(queues) == 1 else list(queues))
     params.append(limit)
     return sql, params
+
+
+def _ordered_claim(queues: Sequence[str] | None) -> str:
+    """The statement to send before a claim of every queue or of one, in its transaction.
+
+    With sorting disabled for the rest of the transaction, the planner takes the
+    rows from the index of PENDING rows (or of one queue's) in claim order and
+    stops at the limit. Left to its statistics, which were taken while few tasks
+    were pending (a queue's usual state, and the table may be large enough that a
+    burst of new tasks never triggers a new ANALYZE), it reads and sorts every
+    pending row at each claim: 9 ms instead of 0.1 ms at 10,000 pending. Several
+    queues have no index in that order, so they are left to the planner.
+    """
+    if queues and len(queues) > 1:
+        return ""
+    return "SELECT set_config('enable_sort', 'off', true);\n"
+
+
+def _past_ordered_claim(cursor: Any, queues: Sequence[str] | None) -> None:
+    """Move ``cursor`` past the result of ``_ordered_claim(queues)``, if it was sent."""
+    if _ordered_claim(queues):
+        cursor.nextset()
 
 
 def _claimed(fetched: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
@@ -415,7 +454,7 @@ def commit_workflows_postgres(
         params += values
     if claim is not None:
         sql, values = _claim_sql(*claim)
-        statements.append(sql)
+        statements.append(_ordered_claim(claim[1]) + sql)
         params += values
     statements.append("COMMIT")
     with connection.cursor() as cursor:
@@ -424,6 +463,7 @@ def commit_workflows_postgres(
             return []
         for _ in saves:
             cursor.nextset()
+        _past_ordered_claim(cursor, claim[1])
         return _claimed(cursor.fetchall())
 
 
