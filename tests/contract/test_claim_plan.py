@@ -1,9 +1,9 @@
 """PostgreSQL: a claim reads the index of PENDING rows in claim order, whatever the statistics.
 
-A queue is mostly empty when ANALYZE looks at it, and a burst of new tasks in a
-large table may never trigger another one; left to those statistics, the
-planner reads and sorts every pending row at each claim. The store sends the
-claim of every queue, or of one, after turning sorting off for its transaction.
+With statistics of an empty table (a new site, or one whose retention deleted
+every task) the planner read and sorted every pending row at each claim until
+autoanalyze caught up. The store sends the claim of every queue, or of one,
+after turning sorting off for its transaction.
 """
 
 from __future__ import annotations
