@@ -401,7 +401,14 @@ class DatabaseWorkerStore(WorkerStore):
             return []
         limited = [q for q in queue_limits or {} if not queues or q in queues]
         if self.vendor == "postgresql" and not limited:
-            found = sql.claim_postgres(connections[self.using], worker_id, queues, limit, now)
+            found = sql.claim_postgres(
+                connections[self.using],
+                worker_id,
+                queues,
+                limit,
+                now,
+                autocommit=self._autocommit(),
+            )
             found.sort(key=rows.claim_order)
             return [rows.info_of(r, r.pop("grants")) for r in found]
         if not sql.any_ready(connections[self.using], queues, now):

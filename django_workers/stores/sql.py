@@ -218,19 +218,23 @@ def claim_postgres(
     queues: Sequence[str] | None,
     limit: int,
     now: datetime,
+    *,
+    autocommit: bool,
 ) -> list[dict[str, Any]]:
     """Claim up to ``limit`` ready rows in one statement; rows come back as column dicts.
 
-    In autocommit, the planner setting of ``_ordered_claim`` goes first, in the same
-    round trip and transaction; inside a caller's transaction it would outlive the
-    claim, so the claim goes alone there.
+    In ``autocommit`` (no caller's transaction open), the planner setting of
+    ``_ordered_claim`` goes first, in the same round trip and transaction; inside a
+    caller's transaction it would outlive the claim, so the claim goes alone there.
     """
     sql, params = _claim_sql(worker_id, queues, limit, now)
-    with _statements_cursor(connection) as cursor:
-        if cursor is not None and connection.get_autocommit() and not connection.in_atomic_block:
-            cursor.execute(_ordered_claim(queues) + sql, params)
-            _past_ordered_claim(cursor, queues)
-            return _claimed(cursor.fetchall())
+    ordered = _ordered_claim(queues) if autocommit else ""
+    if ordered:
+        with _statements_cursor(connection) as cursor:
+            if cursor is not None:
+                cursor.execute(ordered + sql, params)
+                cursor.nextset()
+                return _claimed(cursor.fetchall())
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         return _claimed(cursor.fetchall())
@@ -256,13 +260,12 @@ def finish_and_claim_postgres(
     with _statements_cursor(connection) as cursor:
         if cursor is None:
             return None
-        queues = claim[1]
-        cursor.execute(
-            f"{finish};\n{_ordered_claim(queues)}{claim_sql}", [*finish_params, *claim_params]
-        )
+        ordered = _ordered_claim(claim[1])
+        cursor.execute(f"{finish};\n{ordered}{claim_sql}", [*finish_params, *claim_params])
         winners = {(task_id, run_id) for task_id, run_id in cursor.fetchall()}
         cursor.nextset()
-        _past_ordered_claim(cursor, queues)
+        if ordered:
+            cursor.nextset()
         return winners, _claimed(cursor.fetchall())
 
 
@@ -312,12 +315,6 @@ def _ordered_claim(queues: Sequence[str] | None) -> str:
     if queues and len(queues) > 1:
         return ""
     return "SELECT set_config('enable_sort', 'off', true);\n"
-
-
-def _past_ordered_claim(cursor: Any, queues: Sequence[str] | None) -> None:
-    """Move ``cursor`` past the result of ``_ordered_claim(queues)``, if it was sent."""
-    if _ordered_claim(queues):
-        cursor.nextset()
 
 
 def _claimed(fetched: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
@@ -452,9 +449,11 @@ def commit_workflows_postgres(
         sql, values = _save_workflow_sql(connection, workflow_id, fields, promote)
         statements.append(sql)
         params += values
+    ordered = ""
     if claim is not None:
         sql, values = _claim_sql(*claim)
-        statements.append(_ordered_claim(claim[1]) + sql)
+        ordered = _ordered_claim(claim[1])
+        statements.append(ordered + sql)
         params += values
     statements.append("COMMIT")
     with connection.cursor() as cursor:
@@ -463,7 +462,8 @@ def commit_workflows_postgres(
             return []
         for _ in saves:
             cursor.nextset()
-        _past_ordered_claim(cursor, claim[1])
+        if ordered:
+            cursor.nextset()
         return _claimed(cursor.fetchall())
 
 
