@@ -1,0 +1,124 @@
+"""PostgreSQL: the hot statements share one psycopg cursor per connection, still Django's.
+
+A single submit, a claim and a batch of ends each used to make a new cursor,
+whose adapters psycopg sets up again on its first statement. The store keeps
+one cursor per connection and wraps it the way Django wraps any cursor, so
+query logging, execute wrappers, error translation and Django's async and
+thread checks all still apply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+from django.core.exceptions import SynchronousOnlyOperation
+from django.db import DEFAULT_DB_ALIAS, ProgrammingError, connections
+from django.test.utils import CaptureQueriesContext
+
+from django_workers.stores import sql
+from django_workers.stores.database import DatabaseWorkerStore
+from tests.factories import NewTaskFactory
+
+connection = connections[DEFAULT_DB_ALIAS]  # the wrapper itself, which the store keys on
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="the kept cursor is PostgreSQL's"),
+]
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The psycopg cursors the connection makes while the test runs, from no kept one."""
+    sql._KEPT.pop(connection, None)
+    cursors: list[Any] = []
+    create = connection.create_cursor
+
+    def spy(name: str | None = None) -> Any:
+        cursors.append(create(name))
+        return cursors[-1]
+
+    monkeypatch.setattr(connection, "create_cursor", spy)
+    return cursors
+
+
+def submit(store: DatabaseWorkerStore) -> None:
+    new = NewTaskFactory(global_scope=True)
+    assert store.submit(new, None).created
+
+
+def test_one_cursor_serves_every_submit(made: list[Any]) -> None:
+    store = DatabaseWorkerStore()
+    for _ in range(3):
+        submit(store)
+    assert len(made) == 1
+    assert not made[0].closed
+
+
+def test_the_statements_are_logged_and_pass_the_execute_wrappers(made: list[Any]) -> None:
+    store = DatabaseWorkerStore()
+    seen: list[str] = []
+
+    def keep(execute: Any, statement: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(statement)
+        return execute(statement, params, many, context)
+
+    with CaptureQueriesContext(connection) as queries, connection.execute_wrapper(keep):
+        submit(store)
+        submit(store)
+    assert [sql.INSERT_FUNCTION in q["sql"] for q in queries.captured_queries] == [True, True]
+    assert [sql.INSERT_FUNCTION in s for s in seen] == [True, True]
+    assert len(made) == 1
+
+
+def test_a_new_connection_gets_a_new_cursor(made: list[Any]) -> None:
+    store = DatabaseWorkerStore()
+    submit(store)
+    connection.close()
+    assert made[0].connection.closed
+    submit(store)
+    assert len(made) == 2
+    assert made[1].connection is connection.connection
+
+
+def test_errors_are_djangos_and_the_cursor_serves_on(made: list[Any]) -> None:
+    store = DatabaseWorkerStore()
+    with pytest.raises(ProgrammingError), sql.kept_cursor(connection) as cursor:
+        cursor.execute("SELECT django_workers_no_such_function()")
+    submit(store)
+    assert len(made) == 1
+
+
+def test_django_still_refuses_it_in_async_code(made: list[Any]) -> None:
+    store = DatabaseWorkerStore()
+
+    async def submit_from_a_coroutine() -> None:
+        submit(store)
+
+    with pytest.raises(SynchronousOnlyOperation):
+        asyncio.run(submit_from_a_coroutine())
+
+
+def test_each_thread_keeps_its_own(made: list[Any]) -> None:
+    store = DatabaseWorkerStore()
+    submit(store)
+    errors: list[BaseException] = []
+
+    def in_another_thread() -> None:
+        theirs = connections[DEFAULT_DB_ALIAS]
+        try:
+            submit(store)
+            assert sql._KEPT[theirs][1] is not made[0]
+        except BaseException as error:  # reported to the test's thread below
+            errors.append(error)
+        finally:
+            theirs.close()
+
+    thread = threading.Thread(target=in_another_thread)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert errors == []
