@@ -23,7 +23,7 @@ from django_workers.exceptions import ArgumentsNotSerializable, ResultTooLarge, 
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.lifecycle import TaskEnd
 from django_workers.live import bind_current, unbind_current
-from django_workers.references import json_size, to_json
+from django_workers.references import to_sized_json
 from django_workers.runtime import invoke as invoking
 from django_workers.stores.base import WorkerStore
 from django_workers.workflows.context import WorkflowContext
@@ -173,8 +173,7 @@ def execute(handle: RunHandle) -> TaskEnd:
 
 def _completed(handle: RunHandle, value: Any) -> TaskEnd:
     try:
-        result = to_json(value, "The task's return value")
-        size = json_size(result)
+        result, size = to_sized_json(value, "The task's return value")
     except ArgumentsNotSerializable as e:
         return handle.failed_end(failure_of(e))
     limit = workers_settings.RESULT_MAX_BYTES

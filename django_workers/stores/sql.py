@@ -323,8 +323,10 @@ def _claimed(fetched: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
     for values in fetched:
         record = dict(zip(_FIELDS, values[:-1], strict=True))
         for name in JSON_COLUMNS:
-            if isinstance(record[name], str):
-                record[name] = json.loads(record[name])
+            text = record[name]
+            if isinstance(text, str):
+                # Most records hold empty args, kwargs and errors: no parser needed for those.
+                record[name] = [] if text == "[]" else {} if text == "{}" else json.loads(text)
         record["grants"] = list(values[-1])
         claimed.append(record)
     return claimed
