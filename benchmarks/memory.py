@@ -1,7 +1,7 @@
 """Resident memory of a worker process: idle, over a long drain, and after it.
 
     .venv/bin/python benchmarks/memory.py [--db sqlite|postgres|all] [--anchors] [--quick]
-        [--tasks 100000] [--anchor-tasks 20000]
+        [--tasks 100000] [--anchor-tasks 20000] [--processes N]
 
 Also part of ``benchmarks/run.py --memory``, whose results file then carries
 the memory table beside the other figures.
@@ -10,8 +10,9 @@ For each system one long-running worker (not a burst one: the same process
 throughout) is started on an empty queue: ours ``runworkers --concurrency 10``,
 django-tasks-db's ``db_worker``, Procrastinate's ``worker --concurrency 10``,
 exactly as run.py starts them. Each is a single process (``runworkers``
-without ``--processes``); the figures are that process's, summed over any
-child processes it has (``processes`` in the JSON says how many there were).
+without ``--processes``) unless ``--processes N`` asks ours for N worker
+processes under its supervisor; the figures are summed over the process and
+its children (``processes`` in the JSON says how many there were).
 
 1. **Idle**: ``VmRSS`` from ``/proc/<pid>/status`` once it has settled (no
    change of more than 1% over 2 seconds, at least 5 seconds after the start).
@@ -181,11 +182,17 @@ def growth_per_10k(samples: list[list[float]], count: int) -> float:
     return cov / var * 10_000
 
 
-def measure_memory(target: Target, count: int) -> dict[str, Any]:
-    """Idle RSS, then RSS over a drain of ``count`` queued no-op tasks by the same process."""
+def measure_memory(target: Target, count: int, processes: int = 1) -> dict[str, Any]:
+    """Idle RSS, then RSS over a drain of ``count`` queued no-op tasks by the same process.
+
+    ``processes``: ours runs as ``runworkers --processes N`` (the anchors as always).
+    """
     drive(target, "reset")
     log = LOGS / f"{target.key}-memory.log"
-    proc = spawn(target, target.worker_command(burst=False), log)
+    command = target.worker_command(burst=False)
+    if processes > 1 and target.key.startswith("workers"):
+        command += ["--processes", str(processes)]
+    proc = spawn(target, command, log)
     count_done, close = completed_counter(target)
     try:
         idle = wait_settled(proc, target)
@@ -215,6 +222,7 @@ def measure_memory(target: Target, count: int) -> dict[str, Any]:
     return {
         "tasks": count,
         "processes": after["processes"],
+        "processes_option": processes if target.key.startswith("workers") else 1,
         "idle_kib": idle["VmRSS"],
         "idle_anon_kib": idle["RssAnon"],
         "after_kib": after["VmRSS"],
@@ -231,14 +239,16 @@ def task_counts(quick: bool) -> tuple[int, int]:
     return (QUICK_OUR_TASKS, QUICK_ANCHOR_TASKS) if quick else (OUR_TASKS, ANCHOR_TASKS)
 
 
-def measure_all(targets: list[Target], our_tasks: int, anchor_tasks: int) -> dict[str, Any]:
+def measure_all(
+    targets: list[Target], our_tasks: int, anchor_tasks: int, processes: int = 1
+) -> dict[str, Any]:
     """The memory figures of every target, one run each."""
     results = {}
     for target in targets:
         drive(target, "migrate")
         count = our_tasks if target.key.startswith("workers") else anchor_tasks
         began = time.monotonic()
-        results[target.key] = answer = measure_memory(target, count)
+        results[target.key] = answer = measure_memory(target, count, processes)
         say(
             f"{'memory':<15} {target.label:<40} {brief(answer)}  ({time.monotonic() - began:.0f} s)"
         )
@@ -262,7 +272,7 @@ def brief(answer: dict[str, Any]) -> str:
 
 def table(targets: list[Target], results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     headers = [
-        "worker (one process)",
+        "worker (RSS summed over its processes)",
         "tasks drained",
         "idle RSS (MiB)",
         "RSS after the drain (MiB)",
@@ -274,9 +284,11 @@ def table(targets: list[Target], results: dict[str, Any]) -> tuple[list[str], li
         if target.key not in results:
             continue
         a = results[target.key]
+        option = a.get("processes_option", 1)
+        more = f" --processes {option} ({a['processes']} processes)" if option > 1 else ""
         rows.append(
             [
-                f"{target.label}: {target.describe_worker()}",
+                f"{target.label}: {target.describe_worker()}{more}",
                 f"{a['tasks']:,}",
                 mib(a["idle_kib"]),
                 mib(a["after_kib"]),
@@ -291,7 +303,8 @@ def report_lines(targets: list[Target], results: dict[str, Any]) -> list[str]:
     """The markdown section run.py and this script write to their results file."""
     headers, rows = table(targets, results)
     return [
-        "Memory (resident set of the worker process, VmRSS; one long-running worker each, "
+        "Memory (resident set of the worker, VmRSS, summed over its processes; one "
+        "long-running worker each, "
         "idle then draining the tasks queued while it runs):",
         "",
         markdown_table(headers, rows),
@@ -309,7 +322,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="fewer tasks")
     parser.add_argument("--tasks", type=int, default=None, help="tasks ours drains")
     parser.add_argument("--anchor-tasks", type=int, default=None, help="tasks an anchor drains")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="run ours as runworkers --processes N (a supervisor and N workers)",
+    )
     args = parser.parse_args(argv)
+    if args.processes < 1:
+        parser.error("--processes takes a number of processes, 1 or more")
     dbs = (
         ["sqlite", "postgresql"]
         if args.db == "all"
@@ -328,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
             os.environ.get("BENCH_PG_DB_PREFIX", DEFAULT_DB_PREFIX),
         )
         machine = machine_info()
-        results = measure_all(targets, ours, theirs)
+        results = measure_all(targets, ours, theirs, args.processes)
     except BenchError as e:
         say(f"error: {e}")
         return 1
