@@ -187,10 +187,12 @@ def measure_memory(target: Target, count: int, processes: int = 1) -> dict[str, 
 
     ``processes``: ours runs as ``runworkers --processes N`` (the anchors as always).
     """
+    if not target.key.startswith("workers"):
+        processes = 1  # the anchors' workers have no such option
     drive(target, "reset")
     log = LOGS / f"{target.key}-memory.log"
     command = target.worker_command(burst=False)
-    if processes > 1 and target.key.startswith("workers"):
+    if processes > 1:
         command += ["--processes", str(processes)]
     proc = spawn(target, command, log)
     count_done, close = completed_counter(target)
@@ -222,7 +224,7 @@ def measure_memory(target: Target, count: int, processes: int = 1) -> dict[str, 
     return {
         "tasks": count,
         "processes": after["processes"],
-        "processes_option": processes if target.key.startswith("workers") else 1,
+        "processes_option": processes,
         "idle_kib": idle["VmRSS"],
         "idle_anon_kib": idle["RssAnon"],
         "after_kib": after["VmRSS"],

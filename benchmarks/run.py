@@ -263,13 +263,13 @@ def measure_enqueue(
 
     ``owner``: ours with ``Owner`` authority; the anchors have no owners, so not theirs.
     """
-    if not target.key.startswith("workers"):
-        if owner:
-            return {"unsupported": True}
-        settle_enqueue(target)
+    ours = target.key.startswith("workers")
+    if owner and not ours:
+        return {"unsupported": True}
+    reset_and_settle(target)
+    if not ours:
         return drive(target, "enqueue_single", count=sizes.enqueue, atomic=atomic)
     authority = "owner" if owner else "system"
-    settle_enqueue(target)
     return drive(target, "enqueue_single", count=sizes.enqueue, authority=authority, atomic=atomic)
 
 
@@ -277,27 +277,13 @@ def measure_copy(target: Target, sizes: Sizes, run: int) -> dict[str, Any]:
     """The bulk figure's floor: a raw COPY of the same rows into our table (PostgreSQL)."""
     if target.key != "workers-pg":
         return {"unsupported": True}
-    settle_enqueue(target)
+    reset_and_settle(target)
     return drive(target, "copy_raw", count=sizes.bulk, batch=sizes.bulk_batch)
 
 
 def measure_bulk(target: Target, sizes: Sizes, run: int) -> dict[str, Any]:
-    settle_enqueue(target)
+    reset_and_settle(target)
     return drive(target, "enqueue_bulk", count=sizes.bulk, batch=sizes.bulk_batch)
-
-
-def settle_enqueue(target: Target) -> None:
-    """Empty the tables and let the disk catch up before an enqueue figure's run.
-
-    Each enqueue in autocommit waits for its commit's flush to disk, so a run
-    measured right after the bulk figures' thousands of rows (whose write-back
-    the disk is still doing) waited longer per commit than the same code a few
-    seconds later: in one run, ours one by one measured 901/s right after them
-    and 1,478/s (``Owner`` tasks) ten seconds on. Every system's run gets the
-    same settling (the driver empties the tables again, which is then cheap).
-    """
-    drive(target, "reset")
-    settle_machine(target)
 
 
 def measure_idle_worker(target: Target, sizes: Sizes, run: int) -> dict[str, Any]:
@@ -357,12 +343,21 @@ def measure_drain(
     }
 
 
-def settle_machine(target: Target, limit: float = 60.0) -> None:
-    """Let the work earlier figures left behind finish before a latency figure starts.
+def reset_and_settle(target: Target) -> None:
+    """Empty the target's tables, then ``settle_machine``: before a figure bound by the disk."""
+    drive(target, "reset")
+    settle_machine(target)
 
-    The drains before it leave autovacuum, a checkpoint's writes and the page
-    cache's write-back running for a while; whichever system is measured first
-    after them would wait on the disk more than the next. So, for every
+
+def settle_machine(target: Target, limit: float = 60.0) -> None:
+    """Let the work earlier figures left behind finish before a disk-bound figure starts.
+
+    The drains and bulk enqueues before it leave autovacuum, a checkpoint's
+    writes and the page cache's write-back running for a while; whichever
+    system is measured first after them would wait on the disk more than the
+    next. The wake-up figure and every enqueue figure wait on commits' flushes:
+    in one run without this, ours one by one measured 901/s right after the
+    bulk figures and 1,478/s (``Owner`` tasks) ten seconds on. So, for every
     system alike: wait (up to ``limit`` seconds) until no autovacuum worker is
     running on the server, ``CHECKPOINT``, and flush the page cache to disk.
     """
@@ -381,8 +376,7 @@ def settle_machine(target: Target, limit: float = 60.0) -> None:
 
 def measure_latency(target: Target, sizes: Sizes, run: int) -> dict[str, Any]:
     """Start one worker, let it go idle, then time one probe task at a time."""
-    drive(target, "reset")
-    settle_machine(target)
+    reset_and_settle(target)
     WORK.mkdir(parents=True, exist_ok=True)
     probe = WORK / f"probe-{target.key}-{run}.txt"
     log = LOGS / f"{target.key}-latency-{run}.log"
