@@ -39,7 +39,8 @@ the one the current migrations make); the test database is never touched.
 ``--pg-db-prefix NAME`` (or ``BENCH_PG_DB_PREFIX``) renames them ``NAME`` and
 ``NAME_anchors`` (and the SQLite file), so two runs on one machine do not drop
 each other's databases; the name must start with ``bench``. ``--only enqueue``
-measures the enqueue figures alone (a few seconds).
+measures the enqueue figures alone (a few seconds), ``--only latency`` the
+wake-up figures alone.
 
 Environment: ``BENCH_PG_URL`` is the server (default
 ``postgres://postgres@127.0.0.1:5432``; the database name is replaced);
@@ -570,18 +571,21 @@ def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
-#: The figures ``--only enqueue`` measures.
-ENQUEUE_FIGURES = (
-    "enqueue_single",
-    "enqueue_single_owner",
-    "enqueue_atomic",
-    "enqueue_atomic_owner",
-    "enqueue_bulk",
-    "copy_raw",
-)
+#: The figures each ``--only`` choice measures.
+ONLY_FIGURES = {
+    "enqueue": (
+        "enqueue_single",
+        "enqueue_single_owner",
+        "enqueue_atomic",
+        "enqueue_atomic_owner",
+        "enqueue_bulk",
+        "copy_raw",
+    ),
+    "latency": ("latency",),
+}
 
 
-def run_all(targets: list[Target], sizes: Sizes, only_enqueue: bool = False) -> dict[str, Any]:
+def run_all(targets: list[Target], sizes: Sizes, only: str = "all") -> dict[str, Any]:
     """Every figure for every target, run by run, targets interleaved within each run."""
     raw: dict[str, dict[str, list[dict[str, Any]]]] = {t.key: {} for t in targets}
     setup = {t.key: drive(t, "migrate") for t in targets}
@@ -604,8 +608,8 @@ def run_all(targets: list[Target], sizes: Sizes, only_enqueue: bool = False) -> 
         ("drain_2", lambda t, r: measure_drain(t, sizes.drain, 2, r)),
         ("latency", lambda t, r: measure_latency(t, sizes, r)),
     ]
-    if only_enqueue:
-        phases = [(figure, measure) for figure, measure in phases if figure in ENQUEUE_FIGURES]
+    if only != "all":
+        phases = [(figure, measure) for figure, measure in phases if figure in ONLY_FIGURES[only]]
     for figure, measure in phases:
         for run in range(sizes.runs):
             for target in targets:
@@ -620,7 +624,7 @@ def run_all(targets: list[Target], sizes: Sizes, only_enqueue: bool = False) -> 
     sweep: dict[str, Any] = {}
     quiet: list[dict[str, Any]] = []
     pg_ours = next((t for t in targets if t.key == "workers-pg"), None)
-    if sizes.sweep and pg_ours is not None and not only_enqueue:
+    if sizes.sweep and pg_ours is not None and only == "all":
         for concurrency in SWEEP_CONCURRENCY:
             answer = measure_drain(pg_ours, sizes.drain, 1, 0, concurrency=concurrency)
             sweep[str(concurrency)] = answer
@@ -672,7 +676,7 @@ def summarize(targets: list[Target], data: dict[str, Any], sizes: Sizes) -> dict
             "idle_worker_cpu_s": nan if idle_cpu is None else idle_cpu,
             "idle_worker_wall_s": med("idle_worker", "wall") or nan,
         }
-        for figure in ENQUEUE_FIGURES:
+        for figure in ONLY_FIGURES["enqueue"]:
             figures[f"{figure}_per_s"] = med(figure, "per_second")
         for procs in (1, 2):
             runs = raw.get(f"drain_{procs}", [])
@@ -1056,7 +1060,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="1 run each, fewer tasks")
     parser.add_argument(
-        "--only", choices=("all", "enqueue"), default="all", help="enqueue: the enqueue figures"
+        "--only",
+        choices=("all", *ONLY_FIGURES),
+        default="all",
+        help="enqueue: the enqueue figures; latency: the wake-up figures",
     )
     parser.add_argument(
         "--runs",
@@ -1109,7 +1116,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(targets)} target(s), {sizes.runs} run(s) each: "
             + ", ".join(t.label for t in targets)
         )
-        data = run_all(targets, sizes, only_enqueue=args.only == "enqueue")
+        data = run_all(targets, sizes, only=args.only)
         if args.memory:
             from benchmarks import memory
 
