@@ -140,6 +140,13 @@ class TaskRecord(models.Model):
                 name="workers_task_nodes",
                 condition=Q(workflow__isnull=False),
             ),
+            # The RUNNING records of a queue: what a claim of a concurrency-limited queue
+            # counts. Without it that count read the whole table on every such claim.
+            models.Index(
+                fields=("status", "queue"),
+                name="workers_task_running",
+                condition=Q(status=TaskStatus.RUNNING),
+            ),
         )
         permissions = (("manage_all_tasks", "Can see and cancel every task"),)
 

@@ -399,8 +399,8 @@ class DatabaseWorkerStore(WorkerStore):
     ) -> list[TaskInfo]:
         if limit <= 0:
             return []
-        limited = [q for q in queue_limits or {} if not queues or q in queues]
-        if self.vendor == "postgresql" and not limited:
+        limits = _served_limits(queues, queue_limits)
+        if self.vendor == "postgresql" and not limits:
             found = sql.claim_postgres(
                 connections[self.using],
                 worker_id,
@@ -412,8 +412,17 @@ class DatabaseWorkerStore(WorkerStore):
             found.sort(key=rows.claim_order)
             return [rows.info_of(r, r.pop("grants")) for r in found]
         if not sql.any_ready(connections[self.using], queues, now):
-            # A plain read first: an idle poll takes no write lock (SQLite has only one).
+            # A plain read first: an idle poll takes no lock and writes nothing (and on
+            # SQLite does not take its one write lock).
             return []
+        if self.vendor == "postgresql" and self._autocommit():
+            claimed_rows = sql.claim_limited_postgres(
+                connections[self.using], (worker_id, queues, limit, now), limits
+            )
+            if claimed_rows is not None:
+                claimed_rows.sort(key=rows.claim_order)
+                return [rows.info_of(r, r.pop("grants")) for r in claimed_rows]
+        self._make_queue_locks(limits)
         with self._atomic():
             free = self._lock_limited_queues(queues, queue_limits or {})
             # Stamped after the queue locks: a sequential queue's next run starts after
@@ -444,6 +453,17 @@ class DatabaseWorkerStore(WorkerStore):
         claimed.sort(key=rows.claim_order)
         return self._infos(claimed)
 
+    def _make_queue_locks(self, limits: Mapping[str, int]) -> None:
+        """Create the lock rows of limited queues that have none, before the claim's transaction.
+
+        Outside it (in autocommit) where it can be: on MariaDB and MySQL, claimers that
+        insert the same missing rows inside their transactions each keep a shared lock
+        on the duplicate and then all ask for the exclusive one, a deadlock.
+        """
+        locks = QueueLock.objects.using(self.using)
+        if limits and locks.filter(name__in=list(limits)).count() < len(limits):
+            locks.bulk_create([QueueLock(name=q) for q in sorted(limits)], ignore_conflicts=True)
+
     def _lock_limited_queues(
         self, queues: Sequence[str] | None, queue_limits: Mapping[str, int]
     ) -> dict[str, int]:
@@ -452,8 +472,6 @@ class DatabaseWorkerStore(WorkerStore):
         if not limited:
             return {}
         locks = QueueLock.objects.using(self.using)
-        if locks.filter(name__in=limited).count() < len(limited):
-            locks.bulk_create([QueueLock(name=q) for q in limited], ignore_conflicts=True)
         # Locked in name order, so two claimers never wait on each other in a cycle.
         list(locks.select_for_update().filter(name__in=limited).order_by("name"))
         running = (
@@ -498,14 +516,15 @@ class DatabaseWorkerStore(WorkerStore):
         now: datetime,
         queue_limits: Mapping[str, int] | None = None,
     ) -> tuple[list[bool], list[TaskInfo]]:
-        if limit > 0 and self._claims_with_ends(ends, queues, queue_limits):
+        limits = _served_limits(queues, queue_limits)
+        if limit > 0 and self._claims_with_ends(ends, limits):
             claim = (worker_id, queues, limit, now)
             flows = persistence.workflows_of(ends)
             # Workflow nodes: the claim joins the second round trip, before its COMMIT.
             written = (
                 self._end_in_two_round_trips(ends, flows, claim)
                 if flows
-                else self._finish_and_claim(ends, claim)
+                else self._finish_and_claim(ends, claim, limits)
             )
             if written is not None:
                 won, claimed = written
@@ -520,10 +539,10 @@ class DatabaseWorkerStore(WorkerStore):
         return super().end_and_claim(ends, worker_id, queues, limit, now, queue_limits)
 
     def _finish_and_claim(
-        self, ends: Sequence[TaskEnd], claim: sql.ClaimArgs
+        self, ends: Sequence[TaskEnd], claim: sql.ClaimArgs, limits: Mapping[str, int]
     ) -> tuple[list[bool], list[dict[str, Any]]] | None:
         """Plain runs' ends and the claim, in one round trip; None where it cannot be."""
-        found = sql.finish_and_claim_postgres(connections[self.using], ends, claim)
+        found = sql.finish_and_claim_postgres(connections[self.using], ends, claim, limits)
         if found is None:
             return None
         won = _won(ends, found[0])
@@ -540,14 +559,9 @@ class DatabaseWorkerStore(WorkerStore):
             return False
         return not connections[self.using].in_atomic_block
 
-    def _claims_with_ends(
-        self,
-        ends: Sequence[TaskEnd],
-        queues: Sequence[str] | None,
-        queue_limits: Mapping[str, int] | None,
-    ) -> bool:
-        """Runs' ends on PostgreSQL in autocommit, and a claim of no limited queue."""
-        if any(q for q in queue_limits or {} if not queues or q in queues):
+    def _claims_with_ends(self, ends: Sequence[TaskEnd], limits: Mapping[str, int]) -> bool:
+        """Runs' ends on PostgreSQL in autocommit; of workflow nodes, with no limited queue."""
+        if limits and persistence.workflows_of(ends):
             return False
         return self._one_statement_of_runs(ends) and self._autocommit()
 
@@ -1009,6 +1023,13 @@ def _distinct_task_groups(ends: Sequence[TaskEnd]) -> list[list[tuple[int, TaskE
         else:
             groups.append([(n, end)])
     return groups
+
+
+def _served_limits(
+    queues: Sequence[str] | None, queue_limits: Mapping[str, int] | None
+) -> dict[str, int]:
+    """The concurrency limits of the queues a claim serves (None: every queue)."""
+    return {q: n for q, n in (queue_limits or {}).items() if not queues or q in queues}
 
 
 def _within_limits(candidates: list[tuple[str, str]], free: dict[str, int]) -> list[str]:
