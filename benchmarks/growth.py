@@ -16,6 +16,9 @@ refreshed (``VACUUM ANALYZE`` / ``ANALYZE``) and, in this order:
 - **claim**: ``store.claim`` of 10 tasks, then ``store.end_tasks`` of their
   ends, timed separately, many times; between two rounds the ten are put back
   at the tail of the queue (not timed), so table and backlog keep their size;
+- **claim of a limited queue**: the same, with a concurrency limit (of
+  ``LIMIT``, more than a claim takes) on the tasks' queue, so each claim takes
+  the queue's lock and counts its running tasks first;
 - **claim with old statistics** (PostgreSQL): the same, after the table was
   analyzed while no task was pending, as after a burst that no ANALYZE has
   seen yet; the statistics are refreshed again after it;
@@ -74,6 +77,9 @@ LIST_LIMIT = 50
 PENDING_SHARE = 0.10
 ROWS_PER_OWNER = 100
 CLAIM_BATCH = 10
+#: The concurrency limit of the "claim of a limited queue" figure, on the queue every
+#: filled row is in.
+LIMITS = {"default": 1000}
 HISTORY_DAYS = 60
 RETENTION_DAYS = 7
 #: Claims of that loop measured before the cleanup starts, to compare with.
@@ -102,6 +108,7 @@ def child(sizes: list[int], quick: bool) -> dict[str, Any]:
         say(f"{connection.vendor}: {n:,} rows filled in {fill_s:.1f} s")
         figures: dict[str, Any] = {"fill_s": fill_s}
         figures["claim"] = measure_claim(100 if quick else 400)
+        figures["claim_limited"] = measure_claim(100 if quick else 400, LIMITS)
         if connection.vendor == "postgresql":
             figures["claim_stale"] = measure_claim_with_old_statistics(100 if quick else 400)
         figures["list"] = measure_list(100 if quick else 300)
@@ -244,11 +251,12 @@ def _stats(values: list[float]) -> dict[str, float]:
 class Claimer:
     """Claims ``CLAIM_BATCH`` tasks, ends them, and puts them back at the queue's tail."""
 
-    def __init__(self) -> None:
+    def __init__(self, limits: dict[str, int] | None = None) -> None:
         from django_workers.stores.database import DatabaseWorkerStore
 
         self.store = DatabaseWorkerStore()
         self.worker_id = f"growth-{uuid.uuid4().hex[:8]}"
+        self.limits = limits or {}
 
     def round(self) -> tuple[float, float]:
         """One claim and the end of what it claimed; their durations in seconds."""
@@ -257,7 +265,7 @@ class Claimer:
         from django_workers.lifecycle import EndKind, TaskEnd
 
         t0 = time.perf_counter()
-        claimed = self.store.claim(self.worker_id, None, CLAIM_BATCH, clock.now())
+        claimed = self.store.claim(self.worker_id, None, CLAIM_BATCH, clock.now(), self.limits)
         t1 = time.perf_counter()
         if not claimed:
             raise RuntimeError("the claim found nothing: the backlog ran out")
@@ -301,8 +309,8 @@ class Claimer:
             )
 
 
-def measure_claim(rounds: int) -> dict[str, Any]:
-    claimer = Claimer()
+def measure_claim(rounds: int, limits: dict[str, int] | None = None) -> dict[str, Any]:
+    claimer = Claimer(limits)
     for _ in range(20):
         claimer.round()
     claims, ends = [], []
@@ -547,6 +555,8 @@ def table(results: dict[str, dict[str, Any]], sizes: list[int]) -> str:
         ("claim 10, p50 ms", "claim", "claim_p50_ms"),
         ("claim 10, p99 ms", "claim", "claim_p99_ms"),
         ("end 10, p50 ms", "claim", "end_p50_ms"),
+        ("claim 10 of a limited queue, p50 ms", "claim_limited", "claim_p50_ms"),
+        ("claim 10 of a limited queue, p99 ms", "claim_limited", "claim_p99_ms"),
         ("claim 10, old statistics, p50 ms", "claim_stale", "claim_p50_ms"),
         ("claim 10, old statistics, p99 ms", "claim_stale", "claim_p99_ms"),
         (f"list {LIST_LIMIT} of one user, p50 ms", "list", "p50_ms"),

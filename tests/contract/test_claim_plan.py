@@ -122,3 +122,25 @@ def test_a_claim_inside_a_transaction_changes_no_setting_of_it(
             assert cursor.fetchone()[0] == "on"
     before, _claim, _params = claim_statement(sent)
     assert ORDERED not in before
+
+
+def test_the_read_before_a_limited_claim_walks_the_pending_index(sent: Sent) -> None:
+    # Pending rows are the newest, behind the finished history. Expecting one row in
+    # ten to be pending, the planner scanned the table from its oldest rows for the
+    # first one (15 ms with 100,000 rows) until the read asked for claim order.
+    store = DatabaseWorkerStore()
+    store.submit_many([NewTaskFactory(global_scope=True) for _ in range(4000)], None)
+    TaskRecord.objects.update(status=TaskStatus.COMPLETED, finished_at=clock.now())
+    store.submit_many([NewTaskFactory(global_scope=True) for _ in range(400)], None)
+    with connection.cursor() as cursor:
+        cursor.execute(f"VACUUM ANALYZE {TABLE}")
+    sent.clear()
+
+    assert len(store.claim("w1", None, 10, clock.now(), {"default": 5})) == 5
+
+    sql, params = next((s, p) for s, p in sent if s.startswith("SELECT 1 FROM"))
+    with connection.cursor() as cursor:
+        cursor.execute(f"EXPLAIN {sql}", params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "Seq Scan" not in plan
+    assert "Index Scan using workers_task_pending " in plan
