@@ -242,10 +242,11 @@ class WorkerRuntime:
             with self._lock:
                 free = self.concurrency - self._busy
             claimed: list[TaskInfo] = []
+            limits = queue_limits()
             if free > 0:
                 try:
                     claimed = self.store.claim(
-                        self.worker_id, self.queues, free, clock.now(), queue_limits()
+                        self.worker_id, self.queues, free, clock.now(), limits
                     )
                     errors = 0
                 except DatabaseError as e:
@@ -257,8 +258,16 @@ class WorkerRuntime:
             if self.burst and not claimed and self._idle():
                 self._report(logger.info, "Burst mode: nothing left to run; stopping.")
                 break
+            if claimed and len(claimed) < free and self._serves_any(limits):
+                # A queue's limit may have cut this claim short while other queues had
+                # ready tasks: the queues it filled are left out of the next claim.
+                continue
             if len(claimed) < free or free <= 0:
                 self._wake.wait(self._idle_wait())
+
+    def _serves_any(self, limits: dict[str, int]) -> bool:
+        """Whether a queue this runtime serves has a concurrency limit."""
+        return bool(limits) and (self.queues is None or any(q in limits for q in self.queues))
 
     def _idle(self) -> bool:
         with self._lock:

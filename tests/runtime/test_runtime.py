@@ -573,6 +573,28 @@ def test_a_queue_limit_holds_across_runtimes(
         wait_for_status(tx_store, task_id, COMPLETED)
 
 
+@override_settings(DJANGO_WORKERS={"QUEUES": {"pair": {"concurrency": 2}}})
+def test_a_backlog_of_a_limited_queue_does_not_keep_free_slots_from_other_queues(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    # The limited queue's tasks are the oldest, so they fill the first claim's window:
+    # the claim takes two of them (the limit) and must go on to the other queue at once,
+    # not leave four slots empty until the next poll.
+    limited = [
+        submit(tx_store, f"pair-{i}", tasks.held, args=[name], queue="pair") for i in range(8)
+    ]
+    others = [submit(tx_store, f"other-{i}", tasks.held, args=[f"{name}-o"]) for i in range(4)]
+    runtimes(
+        tx_store, concurrency=6, poll_interval=30.0, lease_timeout=60.0, heartbeat_interval=1.0
+    )
+    wait_until(lambda: tasks.calls[name] == 2 and tasks.calls[f"{name}-o"] == 4, timeout=5.0)
+    assert sorted(info_of(tx_store, task_id).status for task_id in others) == [RUNNING] * 4
+    tasks.gate(name).set()
+    tasks.gate(f"{name}-o").set()
+    for task_id in limited + others:
+        wait_for_status(tx_store, task_id, COMPLETED)
+
+
 def test_an_idle_runtime_wakes_on_enqueue_without_polling(runtimes: Start) -> None:
     store = InMemoryWorkerStore()
     runtimes(store, poll_interval=60.0)
