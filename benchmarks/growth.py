@@ -19,6 +19,10 @@ refreshed (``VACUUM ANALYZE`` / ``ANALYZE``) and, in this order:
 - **claim of a limited queue**: the same, with a concurrency limit (of
   ``LIMIT``, more than a claim takes) on the tasks' queue, so each claim takes
   the queue's lock and counts its running tasks first;
+- **claim behind a full limited queue**: the newest ``CLAIM_BATCH`` pending
+  tasks move to a queue of their own, and the backlog's queue gets a limit of
+  1 that one running task fills; then the claim again, of every queue: it
+  must leave the full queue out, and so reads past its backlog to the others;
 - **claim with old statistics** (PostgreSQL): the same, after the table was
   analyzed while no task was pending, as after a burst that no ANALYZE has
   seen yet; the statistics are refreshed again after it;
@@ -109,6 +113,7 @@ def child(sizes: list[int], quick: bool) -> dict[str, Any]:
         figures: dict[str, Any] = {"fill_s": fill_s}
         figures["claim"] = measure_claim(100 if quick else 400)
         figures["claim_limited"] = measure_claim(100 if quick else 400, LIMITS)
+        figures["claim_past_full"] = measure_claim_past_a_full_queue(100 if quick else 400)
         if connection.vendor == "postgresql":
             figures["claim_stale"] = measure_claim_with_old_statistics(100 if quick else 400)
         figures["list"] = measure_list(100 if quick else 300)
@@ -326,6 +331,33 @@ def measure_claim(rounds: int, limits: dict[str, int] | None = None) -> dict[str
         "end_p50_ms": percentile(ends, 50),
         "end_p99_ms": percentile(ends, 99),
     }
+
+
+def measure_claim_past_a_full_queue(rounds: int) -> dict[str, Any]:
+    """The claim of every queue while the backlog's queue is full (its limit of 1 taken)."""
+    from django.db import connection
+
+    from django_workers import clock
+
+    full = {"default": 1}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {TABLE} SET queue = 'other' WHERE id IN (SELECT id FROM {TABLE} "
+            f"WHERE status = 'PENDING' ORDER BY created_at DESC LIMIT {CLAIM_BATCH})"
+        )
+    holder = Claimer(full)
+    [held] = holder.store.claim(holder.worker_id, ["default"], 1, clock.now(), full)
+    try:
+        figures = measure_claim(rounds, full)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {TABLE} SET status = 'PENDING', worker_id = NULL, started_at = NULL "
+                "WHERE id = %s",
+                [held.id],
+            )
+            cursor.execute(f"UPDATE {TABLE} SET queue = 'default' WHERE queue = 'other'")
+    return figures
 
 
 def measure_claim_with_old_statistics(rounds: int) -> dict[str, Any]:
@@ -557,6 +589,8 @@ def table(results: dict[str, dict[str, Any]], sizes: list[int]) -> str:
         ("end 10, p50 ms", "claim", "end_p50_ms"),
         ("claim 10 of a limited queue, p50 ms", "claim_limited", "claim_p50_ms"),
         ("claim 10 of a limited queue, p99 ms", "claim_limited", "claim_p99_ms"),
+        ("claim 10 behind a full limited queue, p50 ms", "claim_past_full", "claim_p50_ms"),
+        ("claim 10 behind a full limited queue, p99 ms", "claim_past_full", "claim_p99_ms"),
         ("claim 10, old statistics, p50 ms", "claim_stale", "claim_p50_ms"),
         ("claim 10, old statistics, p99 ms", "claim_stale", "claim_p99_ms"),
         (f"list {LIST_LIMIT} of one user, p50 ms", "list", "p50_ms"),
