@@ -7,6 +7,7 @@ default below; the cache is dropped on ``setting_changed`` so
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -101,6 +102,11 @@ def queue_limits() -> dict[str, int]:
         for name, conf in queues.items()
         if isinstance(conf, dict) and _is_positive_int(conf.get("concurrency"))
     }
+
+
+def served_limits(queues: Sequence[str] | None, limits: Mapping[str, int] | None) -> dict[str, int]:
+    """The concurrency limits (``queue_limits()``) of the queues served (None: every queue)."""
+    return {q: n for q, n in (limits or {}).items() if not queues or q in queues}
 
 
 def listed_queues() -> frozenset[str] | None:

@@ -38,7 +38,7 @@ from django.utils import timezone
 
 from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
-from django_workers.conf import queue_limits, workers_settings
+from django_workers.conf import queue_limits, served_limits, workers_settings
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.lifecycle import TaskEnd
 from django_workers.live import live_runs
@@ -258,16 +258,12 @@ class WorkerRuntime:
             if self.burst and not claimed and self._idle():
                 self._report(logger.info, "Burst mode: nothing left to run; stopping.")
                 break
-            if claimed and len(claimed) < free and self._serves_any(limits):
+            if claimed and len(claimed) < free and served_limits(self.queues, limits):
                 # A queue's limit may have cut this claim short while other queues had
                 # ready tasks: the queues it filled are left out of the next claim.
                 continue
             if len(claimed) < free or free <= 0:
                 self._wake.wait(self._idle_wait())
-
-    def _serves_any(self, limits: dict[str, int]) -> bool:
-        """Whether a queue this runtime serves has a concurrency limit."""
-        return bool(limits) and (self.queues is None or any(q in limits for q in self.queues))
 
     def _idle(self) -> bool:
         with self._lock:

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from django_workers import clock, lifecycle, local_wake
 from django_workers.cancellation import CancelReason
-from django_workers.conf import workers_settings
+from django_workers.conf import served_limits, workers_settings
 from django_workers.exceptions import InvalidWorkflow, RuntimeInTransaction
 from django_workers.info import LIVE_STATUSES, TaskInfo, TaskStatus
 from django_workers.lifecycle import EndKind, TaskEnd
@@ -399,7 +399,7 @@ class DatabaseWorkerStore(WorkerStore):
     ) -> list[TaskInfo]:
         if limit <= 0:
             return []
-        limits = _served_limits(queues, queue_limits)
+        limits = served_limits(queues, queue_limits)
         if self.vendor == "postgresql" and not limits:
             found = sql.claim_postgres(
                 connections[self.using],
@@ -516,7 +516,7 @@ class DatabaseWorkerStore(WorkerStore):
         now: datetime,
         queue_limits: Mapping[str, int] | None = None,
     ) -> tuple[list[bool], list[TaskInfo]]:
-        limits = _served_limits(queues, queue_limits)
+        limits = served_limits(queues, queue_limits)
         if limit > 0 and self._claims_with_ends(ends, limits):
             claim = (worker_id, queues, limit, now)
             flows = persistence.workflows_of(ends)
@@ -1023,13 +1023,6 @@ def _distinct_task_groups(ends: Sequence[TaskEnd]) -> list[list[tuple[int, TaskE
         else:
             groups.append([(n, end)])
     return groups
-
-
-def _served_limits(
-    queues: Sequence[str] | None, queue_limits: Mapping[str, int] | None
-) -> dict[str, int]:
-    """The concurrency limits of the queues a claim serves (None: every queue)."""
-    return {q: n for q, n in (queue_limits or {}).items() if not queues or q in queues}
 
 
 def _within_limits(candidates: list[tuple[str, str]], free: dict[str, int]) -> list[str]:
