@@ -39,7 +39,7 @@ from django_workers.info import TaskInfo, TaskStatus
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef
 from django_workers.stores import WorkerStore, default_store
-from django_workers.submission import TaskSubmission, build_task, write_tasks
+from django_workers.submission import TaskSubmission, build_tasks, write_tasks
 
 MAX_LIMIT = 1000
 
@@ -81,7 +81,7 @@ def submit_tasks(
     """Submit many tasks, written in one statement where the database allows; return ids."""
     authority = check_authority(authority)
     store = store or default_store()
-    news = [build_task(spec, authority, store) for spec in submissions]
+    news = build_tasks(submissions, authority, store)
     return [sub.id for sub in write_tasks(news, authority, store)]
 
 

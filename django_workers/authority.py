@@ -8,6 +8,7 @@ spaces disjoint, and make ``owner_of`` the exact inverse of ``scoped_task_key``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -110,21 +111,37 @@ def validate_key(key: object) -> str:
 
 def scoped_task_key(key: str, authority: Authority, scope: Scope = "user") -> str:
     """Return the task id that ``submit_task(key, ..., authority, scope=scope)`` uses."""
+    return key_scoper(authority, scope)(key)
+
+
+def key_scoper(authority: Authority, scope: Scope = "user") -> Callable[[str], str]:
+    """``scoped_task_key`` for one authority and scope, as a function of the key.
+
+    The authority and scope are checked here, once for a batch of keys.
+    """
     check_authority(authority)
-    validate_key(key)
     if scope == "user":
         if not isinstance(authority, Owner):
             raise InvalidTaskKey(
                 "System() has no owner, so it cannot use scope='user'; pass scope='global'."
             )
-        return f"{authority.user_id}{SEPARATOR}{key}"
+        prefix = f"{authority.user_id}{SEPARATOR}"
+
+        def user_key(key: str) -> str:
+            return prefix + validate_key(key)
+
+        return user_key
     if scope == "global":
-        if SEPARATOR in key:
-            raise InvalidTaskKey(
-                f"A global key may not contain '::' (got {key!r}); that space is reserved "
-                "for user-scoped ids."
-            )
-        return key
+
+        def global_key(key: str) -> str:
+            if SEPARATOR in validate_key(key):
+                raise InvalidTaskKey(
+                    f"A global key may not contain '::' (got {key!r}); that space is reserved "
+                    "for user-scoped ids."
+                )
+            return key
+
+        return global_key
     raise InvalidTaskKey(f"scope must be 'user' or 'global', got {scope!r}.")
 
 

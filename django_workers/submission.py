@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import os
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,6 +26,7 @@ from django_workers.authority import (
     Authority,
     Owner,
     Scope,
+    key_scoper,
     scoped_task_key,
     user_id_of,
 )
@@ -75,8 +76,103 @@ def write_tasks(
     return done
 
 
-def build_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) -> NewTask:
-    """Validate one submission completely and build the record it would write."""
+def build_tasks(
+    specs: Iterable[TaskSubmission], authority: Authority, store: WorkerStore
+) -> list[NewTask]:
+    """Validate a batch completely and build its records, in the order given.
+
+    Submissions alike in task, queue, options, priority, run_after and scope share
+    what those fields resolve to: the first of them is checked whole (the queue
+    authorizer is asked then), and the rest check only their own key, arguments
+    and watchers. The batch is stamped with one read of the clock and one of the
+    random source for its run ids.
+    """
+    specs = list(specs)
+    stamps = clock.now_series(len(specs))
+    run_ids = new_run_ids(len(specs))
+    alike = _Alike(authority)
+    firsts: dict[tuple[Any, ...], tuple[NewTask, Callable[[str], str]]] = {}
+    news: list[NewTask] = []
+    for spec, created_at, run_id in zip(specs, stamps, run_ids, strict=True):
+        seen = shape = None
+        if type(spec) is TaskSubmission:
+            # The types too: True == 1 as a key, but a bool priority is refused.
+            shape = (
+                spec.task,
+                spec.queue,
+                spec.options,
+                spec.priority,
+                type(spec.priority),
+                spec.run_after,
+                type(spec.run_after),
+                spec.scope,
+            )
+            try:
+                seen = firsts.get(shape)
+            except TypeError:  # an unhashable field: checked whole, shared with none
+                shape = None
+        if seen is None:
+            new = build_task(spec, authority, store, run_id=run_id, created_at=created_at)
+            if shape is not None:
+                firsts[shape] = (new, key_scoper(authority, spec.scope))
+        else:
+            new = alike.record(spec, *seen, run_id, created_at)
+        news.append(new)
+    return news
+
+
+class _Alike:
+    """Builds the records of submissions whose shared fields a first one had checked."""
+
+    def __init__(self, authority: Authority) -> None:
+        self.authority = authority
+        self.alone = _watcher_ids(authority, ())
+        self.max_bytes = workers_settings.ARGS_MAX_BYTES
+
+    def record(
+        self,
+        spec: TaskSubmission,
+        first: NewTask,
+        scoped: Callable[[str], str],
+        run_id: str,
+        created_at: datetime,
+    ) -> NewTask:
+        task_id = scoped(spec.key)
+        args, args_size = _check_args(spec.args)
+        kwargs, kwargs_size = _check_kwargs(spec.kwargs)
+        if args_size + kwargs_size > self.max_bytes:
+            raise ArgumentsTooLarge(args_size + kwargs_size, self.max_bytes)
+        watchers = spec.watchers
+        return NewTask(
+            id=task_id,
+            key=spec.key,
+            owner=first.owner,
+            scope=first.scope,
+            task_path=first.task_path,
+            args=args,
+            kwargs=kwargs,
+            queue=first.queue,
+            priority=first.priority,
+            run_after=first.run_after,
+            options=first.options,
+            run_id=run_id,
+            created_at=created_at,
+            watchers=self.alone if watchers == () else _watcher_ids(self.authority, watchers),
+        )
+
+
+def build_task(
+    spec: TaskSubmission,
+    authority: Authority,
+    store: WorkerStore,
+    *,
+    run_id: str | None = None,
+    created_at: datetime | None = None,
+) -> NewTask:
+    """Validate one submission completely and build the record it would write.
+
+    ``run_id`` and ``created_at`` are minted here unless a batch gives them.
+    """
     if not isinstance(spec, TaskSubmission):
         raise TypeError(f"submit_tasks takes TaskSubmission objects, got {type(spec).__name__}.")
     if spec.scope not in SCOPES:
@@ -116,8 +212,8 @@ def build_task(spec: TaskSubmission, authority: Authority, store: WorkerStore) -
         priority=_check_priority(priority),
         run_after=_check_run_after(run_after),
         options=stored_options,
-        run_id=new_run_id(),
-        created_at=clock.now(),
+        run_id=run_id or new_run_id(),
+        created_at=created_at or clock.now(),
         watchers=_watcher_ids(authority, spec.watchers),
     )
 
@@ -139,6 +235,13 @@ def new_run_id() -> str:
     except IndexError:
         _RUN_IDS.extend(_mint_run_ids(_RUN_ID_BLOCK))
         return _RUN_IDS.popleft()
+
+
+def new_run_ids(count: int) -> list[str]:
+    """Mint ``count`` run ids; a large batch reads the random source once for all of them."""
+    if count >= _RUN_ID_BLOCK:
+        return _mint_run_ids(count)
+    return [new_run_id() for _ in range(count)]
 
 
 def _mint_run_ids(count: int) -> list[str]:

@@ -106,9 +106,13 @@ class NewWorkflow:
     created_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Submitted:
-    """What a submit did: ``created`` a run (first or re-run) or joined a live one."""
+    """What a submit did: ``created`` a run (first or re-run) or joined a live one.
+
+    Never changed once made; not frozen for the same reason as ``NewTask`` (one per
+    task of a bulk submit).
+    """
 
     id: str
     run_id: str

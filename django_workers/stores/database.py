@@ -194,7 +194,7 @@ class DatabaseWorkerStore(WorkerStore):
         connection = connections[self.using]
         single = connection.vendor == "postgresql" or len(news) <= sql.INSERT_CHUNK
         if single and connection.get_autocommit() and not any(map(rows.grants_of, news)):
-            sql.insert_records(connection, [rows.row_of(new) for new in news])
+            sql.insert_records(connection, news)
             return
         with self._atomic():
             self._insert(news)
@@ -227,7 +227,7 @@ class DatabaseWorkerStore(WorkerStore):
         return Submitted(new.id, new.run_id, created=True, replaced_run_id=row["run_id"])
 
     def _insert(self, news: Sequence[NewTask]) -> None:
-        sql.insert_records(connections[self.using], [rows.row_of(new) for new in news])
+        sql.insert_records(connections[self.using], news)
         self._grant(news)
 
     def _grant(self, news: Sequence[NewTask]) -> None:

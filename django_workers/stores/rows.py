@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from types import MappingProxyType
 from typing import Any
 
 from django_workers.authority import owner_of
@@ -15,6 +16,22 @@ from django_workers.options import TaskOptions
 from django_workers.references import json_size
 from django_workers.stores.base import STATE_FIELDS, NewTask, WatchAuthorizer
 from django_workers.workflows.records import NodeRecord
+
+#: What every fresh record holds in the columns a submit does not choose (``errors`` is
+#: a new list in each row ``row_of`` builds).
+FRESH_VALUES: Mapping[str, Any] = MappingProxyType(
+    {
+        "progress": 0.0,
+        "attempts": 0,
+        "result": None,
+        "error": None,
+        "errors": [],
+        "cancel_reason": CancelReason.NONE,
+        "worker_id": None,
+        "started_at": None,
+        "finished_at": None,
+    }
+)
 
 
 def row_of(new: NewTask) -> dict[str, Any]:
@@ -32,19 +49,12 @@ def row_of(new: NewTask) -> dict[str, Any]:
         "run_after": new.run_after,
         "options": new.options,
         "status": new.status,
-        "progress": 0.0,
-        "attempts": 0,
-        "result": None,
-        "error": None,
-        "errors": [],
-        "cancel_reason": CancelReason.NONE,
         "run_id": new.run_id,
-        "worker_id": None,
         "workflow": new.workflow,
         "node": new.node,
         "created_at": new.created_at,
-        "started_at": None,
-        "finished_at": None,
+        **FRESH_VALUES,
+        "errors": [],
     }
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import operator
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime
@@ -39,6 +40,8 @@ from django_workers.models import (
     TaskWatcher,
     WorkflowRecord,
 )
+from django_workers.stores.base import NewTask
+from django_workers.stores.rows import FRESH_VALUES, row_of
 
 JSON_COLUMNS = frozenset({"args", "kwargs", "options", "result", "error", "errors"})
 DATETIME_COLUMNS = frozenset({"run_after", "created_at", "started_at", "finished_at"})
@@ -71,16 +74,17 @@ def _db_value(connection: BaseDatabaseWrapper, name: str, value: Any) -> Any:
     return value
 
 
-def _copy_rows(records: Sequence[Mapping[str, Any]]) -> Iterator[list[Any]]:
-    """Records' values for COPY: JSON columns as text, the rest as psycopg adapts them.
+def _copy_rows(news: Sequence[NewTask]) -> Iterator[list[Any]]:
+    """Fresh records' values in ``_COPY_FIELDS`` order: JSON as text, the rest as psycopg adapts.
 
-    A JSON value shared by several records (the options of one ``TaskOptions``) is
-    encoded once: the last text is reused while the next record holds the same object.
+    Read straight from the records, without a dict per row. A JSON value shared by
+    several records (the options of one ``TaskOptions``) is encoded once: the last
+    text is reused while the next record holds the same object.
     """
     last: dict[int, tuple[Any, str]] = {}
-    for record in records:
-        values = [record[f] for f in _FIELDS]
-        for i in _JSON_INDEXES:
+    for new in news:
+        values = [*_bound_of(new), *_COPY_FRESH]
+        for i in _COPY_JSON_INDEXES:
             value = values[i]
             if value is None:
                 continue
@@ -102,19 +106,21 @@ def _target(vendor: str, quote: Callable[[str], str]) -> tuple[str, str]:
     return quote(TaskRecord._meta.db_table), ", ".join(quote(c) for c in _COLUMNS)
 
 
-def insert_records(connection: BaseDatabaseWrapper, records: Sequence[Mapping[str, Any]]) -> None:
-    """Insert fresh task rows (as built by ``rows.row_of``) in as few statements as possible."""
+def insert_records(connection: BaseDatabaseWrapper, news: Sequence[NewTask]) -> None:
+    """Insert fresh task rows in as few statements as possible."""
     table, columns = _target(connection.vendor, connection.ops.quote_name)
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql" and len(records) >= COPY_MIN_ROWS:
+        if connection.vendor == "postgresql" and len(news) >= COPY_MIN_ROWS:
             # Past Django's cursor wrapper, so its errors are mapped here (a taken id is
             # an IntegrityError, as from an INSERT).
-            statement = f"COPY {table} ({columns}) FROM STDIN"
+            copy_columns = ", ".join(connection.ops.quote_name(c) for c in _COPY_COLUMNS)
+            statement = f"COPY {table} ({copy_columns}) FROM STDIN"
             with connection.wrap_database_errors, cursor.cursor.copy(statement) as copy:
                 write = copy.write_row
-                for row in _copy_rows(records):
+                for row in _copy_rows(news):
                     write(row)
             return
+        records = [row_of(new) for new in news]
         row_sql = "(" + ", ".join(["%s"] * len(_FIELDS)) + ")"
         for start in range(0, len(records), INSERT_CHUNK):
             chunk = records[start : start + INSERT_CHUNK]
@@ -139,6 +145,16 @@ _FRESH_LITERALS = {
 _BOUND = [f for f in _FIELDS if f not in _FRESH_LITERALS]
 _BOUND_JSON = frozenset(f for f in _BOUND if f in JSON_COLUMNS)
 _BOUND_DATETIME = frozenset(f for f in _BOUND if f in DATETIME_COLUMNS)
+#: A COPY names the columns a record's own values fill first, then the ones every fresh
+#: record holds alike, so a row is the record's values read in one call plus constants.
+_COPY_FIELDS = _BOUND + list(_FRESH_LITERALS)
+_COPY_COLUMNS = [_COLUMNS[_FIELDS.index(f)] for f in _COPY_FIELDS]
+_COPY_JSON_INDEXES = [i for i, f in enumerate(_BOUND) if f in JSON_COLUMNS]
+_COPY_FRESH = tuple(
+    _dumps(v) if f in JSON_COLUMNS and v is not None else v
+    for f, v in ((f, FRESH_VALUES[f]) for f in _FRESH_LITERALS)
+)
+_bound_of = operator.attrgetter(*_BOUND)
 
 
 #: The PostgreSQL function (migration 0009) that inserts one fresh record, taking the

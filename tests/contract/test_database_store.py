@@ -29,7 +29,7 @@ from django_workers import (
 from django_workers.models import TaskRecord, TaskWatcher
 from django_workers.stores import rows, sql
 from django_workers.stores.database import DatabaseWorkerStore
-from django_workers.submission import build_task
+from django_workers.submission import build_task, build_tasks
 from django_workers.workflows import Workflow
 from tests.factories import NewTaskFactory, TaskRecordFactory, TaskWatcherFactory
 from tests.helpers import answer_in_forked_child
@@ -197,36 +197,40 @@ def test_a_task_submitted_alone_is_stored_as_the_insert_of_a_batch_stores_it(
     db_store: DatabaseWorkerStore,
 ) -> None:
     # The one-row path (on PostgreSQL a function with its own column list, on SQLite an
-    # INSERT with literals) and the batch INSERT must store every column alike: a column
-    # added to the table but not to that function, or parameters in another order, fail.
+    # INSERT with literals), the batch INSERT and the batch COPY (PostgreSQL, its columns
+    # in an order of their own) must store every column alike: a column added to the
+    # table but not to one of them, or values in another order, fail. The batch's
+    # records come from build_tasks, whose records after the first share its checks.
     options = TaskOptions(timeout=30, retries=2)
     when = clock.now() + timedelta(hours=1)
-    one, other = (
-        build_task(
-            TaskSubmission(
-                key=key,
-                task=add,
-                args=[1, {"x": [2]}],
-                kwargs={"y": "z"},
-                queue="q",
-                priority=7,
-                run_after=when,
-                options=options,
-            ),
-            ALICE,
-            db_store,
+
+    def spec(key: str) -> TaskSubmission:
+        return TaskSubmission(
+            key=key,
+            task=add,
+            args=[1, {"x": [2]}],
+            kwargs={"y": "z"},
+            queue="q",
+            priority=7,
+            run_after=when,
+            options=options,
         )
-        for key in ("one", "other")
-    )
+
+    one, other = (build_task(spec(key), ALICE, db_store) for key in ("one", "other"))
     assert db_store.submit(one, "alice").created
     assert not db_store.submit(one, "alice").created  # the id is taken, the run lives
-    sql.insert_records(connection, [rows.row_of(other)])
+    sql.insert_records(connection, [other])
+    batch = build_tasks([spec(f"copy-{n}") for n in range(sql.COPY_MIN_ROWS)], ALICE, db_store)
+    sql.insert_records(connection, batch)
     varying = {"id", "key", "run_id", "created_at"}
     columns = [f for f in sql._FIELDS if f not in varying]
     stored = {r.pop("key"): r for r in TaskRecord.objects.values("key", *columns)}
-    assert stored["one"] == stored["other"]
+    assert len(stored) == 2 + sql.COPY_MIN_ROWS
+    assert all(row == stored["one"] for row in stored.values())
     assert stored["one"]["owner"] == "alice"
     assert stored["one"]["options"] == options.to_json()
+    made = TaskRecord.objects.filter(key__startswith="copy-").order_by("created_at")
+    assert [(r.key, r.run_id) for r in made] == [(new.key, new.run_id) for new in batch]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -150,6 +150,24 @@ def test_a_bad_submit_is_refused_and_writes_nothing(
     assert_nothing_written(store)
 
 
+@pytest.mark.parametrize(
+    ("good", "bad"),
+    [({"priority": 1}, {"priority": True}), ({"priority": 1}, {"priority": 1.0})],
+    ids=["bool-after-int", "float-after-int"],
+)
+def test_a_batch_checks_a_field_equal_to_an_earlier_ones_but_of_another_type(
+    store: WorkerStore, good: dict[str, Any], bad: dict[str, Any]
+) -> None:
+    # Tasks alike share the first one's checks; True == 1 == 1.0, but only 1 is a priority.
+    batch = [
+        TaskSubmission(key="good", task=add, **good),
+        TaskSubmission(key="bad", task=add, **bad),
+    ]
+    with pytest.raises(InvalidTaskOptions, match="priority must be an int"):
+        submit_tasks(batch, ALICE, store=store)
+    assert_nothing_written(store)
+
+
 def test_a_bad_submit_says_what_was_wrong(store: WorkerStore) -> None:
     with pytest.raises(TaskNotImportable, match="closure"):
         submit_task("k", _closure(), ALICE, store=store)

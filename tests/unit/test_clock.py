@@ -34,3 +34,14 @@ def test_the_offset_to_the_database_clock_is_applied() -> None:
 def test_times_strictly_increase() -> None:
     stamps = [clock.now() for _ in range(1000)]
     assert all(a < b for a, b in itertools.pairwise(stamps))
+
+
+def test_a_series_is_what_calls_in_a_row_would_return() -> None:
+    before = clock.now()
+    series = clock.now_series(1000)
+    after = clock.now()
+    assert len(series) == 1000
+    assert before < series[0]
+    assert all(b - a == timedelta(microseconds=1) for a, b in itertools.pairwise(series))
+    assert series[-1] < after
+    assert clock.now_series(0) == []
