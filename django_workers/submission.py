@@ -47,9 +47,14 @@ MIN_PRIORITY, MAX_PRIORITY = -100, 100
 DEFAULT_OPTIONS = TaskOptions()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class TaskSubmission:
-    """One task of a ``submit_tasks`` batch; the fields mirror ``submit_task``'s arguments."""
+    """One task of a ``submit_tasks`` batch; the fields mirror ``submit_task``'s arguments.
+
+    Read once, when the batch is submitted. Not a frozen dataclass: one is made per
+    task of a batch, and a frozen one's ``__init__`` pays a ``setattr`` call per field
+    (two thirds of making it).
+    """
 
     key: str
     task: TaskRef
@@ -244,11 +249,16 @@ def new_run_ids(count: int) -> list[str]:
     return [new_run_id() for _ in range(count)]
 
 
+# The version (4) and variant (RFC 4122) bits of a random UUID, as uuid.uuid4() sets them,
+# as tables for bytes.translate.
+_VERSION_BITS = bytes(b & 0x0F | 0x40 for b in range(256))
+_VARIANT_BITS = bytes(b & 0x3F | 0x80 for b in range(256))
+
+
 def _mint_run_ids(count: int) -> list[str]:
     raw = bytearray(os.urandom(16 * count))
-    # The version (4) and variant (RFC 4122) bits of a random UUID, as uuid.uuid4() sets them.
-    raw[6::16] = bytes(b & 0x0F | 0x40 for b in raw[6::16])
-    raw[8::16] = bytes(b & 0x3F | 0x80 for b in raw[8::16])
+    raw[6::16] = raw[6::16].translate(_VERSION_BITS)
+    raw[8::16] = raw[8::16].translate(_VARIANT_BITS)
     text = raw.hex()
     return [text[i : i + 32] for i in range(0, 32 * count, 32)]
 

@@ -13,6 +13,7 @@ from tests.helpers import answer_in_forked_child
 
 def test_run_ids_are_distinct_random_uuid_hex() -> None:
     ids = [submission.new_run_id() for _ in range(3 * submission._RUN_ID_BLOCK)]
+    ids += submission.new_run_ids(5) + submission.new_run_ids(4 * submission._RUN_ID_BLOCK)
     assert len(set(ids)) == len(ids)
     for run_id in ids:
         parsed = uuid.UUID(hex=run_id)
