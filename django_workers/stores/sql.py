@@ -77,26 +77,20 @@ def _db_value(connection: BaseDatabaseWrapper, name: str, value: Any) -> Any:
 def _copy_rows(news: Sequence[NewTask]) -> Iterator[list[Any]]:
     """Fresh records' values in ``_COPY_FIELDS`` order: JSON as text, the rest as psycopg adapts.
 
-    Read straight from the records, without a dict per row. A JSON value shared by
-    several records (the options of one ``TaskOptions``) is encoded once: the last
-    text is reused while the next record holds the same object.
+    Read straight from the records, without a dict per row. The options dict that
+    several records share (those of one ``TaskOptions``) is encoded once while the
+    next record holds the same object.
     """
-    last: dict[int, tuple[Any, str]] = {}
+    shared: dict[str, Any] | None = None
+    shared_text = "{}"
     for new in news:
         values = [*_bound_of(new), *_COPY_FRESH]
-        for i in _COPY_JSON_INDEXES:
-            value = values[i]
-            if value is None:
-                continue
-            if not value:
-                values[i] = "[]" if isinstance(value, list) else "{}"
-                continue
-            seen = last.get(i)
-            if seen is not None and seen[0] is value:
-                values[i] = seen[1]
-            else:
-                values[i] = text = _dumps(value)
-                last[i] = (value, text)
+        values[_COPY_ARGS] = _dumps(new.args) if new.args else "[]"
+        values[_COPY_KWARGS] = _dumps(new.kwargs) if new.kwargs else "{}"
+        if new.options is not shared:
+            shared = new.options
+            shared_text = _dumps(shared) if shared else "{}"
+        values[_COPY_OPTIONS] = shared_text
         yield values
 
 
@@ -149,7 +143,8 @@ _BOUND_DATETIME = frozenset(f for f in _BOUND if f in DATETIME_COLUMNS)
 #: record holds alike, so a row is the record's values read in one call plus constants.
 _COPY_FIELDS = _BOUND + list(_FRESH_LITERALS)
 _COPY_COLUMNS = [_COLUMNS[_FIELDS.index(f)] for f in _COPY_FIELDS]
-_COPY_JSON_INDEXES = [i for i, f in enumerate(_BOUND) if f in JSON_COLUMNS]
+# A record's own JSON columns, each made text by _copy_rows (a test stores every column).
+_COPY_ARGS, _COPY_KWARGS, _COPY_OPTIONS = (_BOUND.index(f) for f in ("args", "kwargs", "options"))
 _COPY_FRESH = tuple(
     _dumps(v) if f in JSON_COLUMNS and v is not None else v
     for f, v in ((f, FRESH_VALUES[f]) for f in _FRESH_LITERALS)
