@@ -145,10 +145,7 @@ class _Alike:
         created_at: datetime,
     ) -> NewTask:
         task_id = scoped(spec.key)
-        args, args_size = _check_args(spec.args)
-        kwargs, kwargs_size = _check_kwargs(spec.kwargs)
-        if args_size + kwargs_size > self.max_bytes:
-            raise ArgumentsTooLarge(args_size + kwargs_size, self.max_bytes)
+        args, kwargs = _check_arguments(spec, self.max_bytes)
         watchers = spec.watchers
         return NewTask(
             id=task_id,
@@ -204,9 +201,7 @@ def build_task(
     run_after = (
         spec.run_after if spec.run_after is not None else getattr(django_task, "run_after", None)
     )
-    args, args_size = _check_args(spec.args)
-    kwargs, kwargs_size = _check_kwargs(spec.kwargs)
-    _check_size(args_size + kwargs_size)
+    args, kwargs = _check_arguments(spec, workers_settings.ARGS_MAX_BYTES)
     return NewTask(
         id=task_id,
         key=spec.key,
@@ -346,10 +341,18 @@ def _check_kwargs(kwargs: object) -> tuple[dict[str, Any], int]:
     return loaded, size
 
 
-def _check_size(size: int) -> None:
-    limit = workers_settings.ARGS_MAX_BYTES
+def _check_size(size: int, limit: int | None = None) -> None:
+    limit = workers_settings.ARGS_MAX_BYTES if limit is None else limit
     if size > limit:
         raise ArgumentsTooLarge(size, limit)
+
+
+def _check_arguments(spec: TaskSubmission, limit: int) -> tuple[list[Any], dict[str, Any]]:
+    """A submission's args and kwargs as stored, within ``limit`` bytes of JSON together."""
+    args, args_size = _check_args(spec.args)
+    kwargs, kwargs_size = _check_kwargs(spec.kwargs)
+    _check_size(args_size + kwargs_size, limit)
+    return args, kwargs
 
 
 def _watcher_ids(authority: Authority, watchers: Sequence[Owner]) -> tuple[str, ...]:
