@@ -593,34 +593,46 @@ def run_all(targets: list[Target], sizes: Sizes, only: str = "all") -> dict[str,
     def record(target: Target, figure: str, answer: dict[str, Any]) -> None:
         raw[target.key].setdefault(figure, []).append(answer)
 
-    phases: list[tuple[str, Any]] = [
-        ("idle_worker", lambda t, r: measure_idle_worker(t, sizes, r)),
-        ("enqueue_single", lambda t, r: measure_enqueue(t, sizes, r)),
-        ("enqueue_single_owner", lambda t, r: measure_enqueue(t, sizes, r, owner=True)),
-        ("enqueue_atomic", lambda t, r: measure_enqueue(t, sizes, r, atomic=True)),
-        (
-            "enqueue_atomic_owner",
-            lambda t, r: measure_enqueue(t, sizes, r, owner=True, atomic=True),
-        ),
-        ("enqueue_bulk", lambda t, r: measure_bulk(t, sizes, r)),
-        ("copy_raw", lambda t, r: measure_copy(t, sizes, r)),
-        ("drain_1", lambda t, r: measure_drain(t, sizes.drain, 1, r)),
-        ("drain_2", lambda t, r: measure_drain(t, sizes.drain, 2, r)),
-        ("latency", lambda t, r: measure_latency(t, sizes, r)),
+    # Each phase runs its figures round by round, every target in turn and, within a
+    # target, the phase's figures one after another. The Owner figures share a phase with
+    # the System ones: the anchors have no owners, so both of ours are compared with the
+    # anchor's one figure, which must be measured in the same minutes as each.
+    phases: list[list[tuple[str, Any]]] = [
+        [("idle_worker", lambda t, r: measure_idle_worker(t, sizes, r))],
+        [
+            ("enqueue_single", lambda t, r: measure_enqueue(t, sizes, r)),
+            ("enqueue_single_owner", lambda t, r: measure_enqueue(t, sizes, r, owner=True)),
+        ],
+        [
+            ("enqueue_atomic", lambda t, r: measure_enqueue(t, sizes, r, atomic=True)),
+            (
+                "enqueue_atomic_owner",
+                lambda t, r: measure_enqueue(t, sizes, r, owner=True, atomic=True),
+            ),
+        ],
+        [("enqueue_bulk", lambda t, r: measure_bulk(t, sizes, r))],
+        [("copy_raw", lambda t, r: measure_copy(t, sizes, r))],
+        [("drain_1", lambda t, r: measure_drain(t, sizes.drain, 1, r))],
+        [("drain_2", lambda t, r: measure_drain(t, sizes.drain, 2, r))],
+        [("latency", lambda t, r: measure_latency(t, sizes, r))],
     ]
     if only != "all":
-        phases = [(figure, measure) for figure, measure in phases if figure in ONLY_FIGURES[only]]
-    for figure, measure in phases:
+        phases = [
+            [(figure, measure) for figure, measure in phase if figure in ONLY_FIGURES[only]]
+            for phase in phases
+        ]
+    for phase in filter(None, phases):
         for run in range(sizes.runs):
             for target in targets:
-                started = time.monotonic()
-                load = os.getloadavg()[0]
-                answer = {**measure(target, run), "load_before": load}
-                record(target, figure, answer)
-                say(
-                    f"{figure:<15} run {run + 1}/{sizes.runs}  {target.label:<40} {brief(answer)}"
-                    f"  ({time.monotonic() - started:.1f} s)"
-                )
+                for figure, measure in phase:
+                    started = time.monotonic()
+                    load = os.getloadavg()[0]
+                    answer = {**measure(target, run), "load_before": load}
+                    record(target, figure, answer)
+                    say(
+                        f"{figure:<15} run {run + 1}/{sizes.runs}  {target.label:<40} "
+                        f"{brief(answer)}  ({time.monotonic() - started:.1f} s)"
+                    )
     sweep: dict[str, Any] = {}
     quiet: list[dict[str, Any]] = []
     pg_ours = next((t for t in targets if t.key == "workers-pg"), None)
