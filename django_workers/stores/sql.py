@@ -53,7 +53,6 @@ INSERT_CHUNK = 400
 _FIELDS = [f.attname for f in TaskRecord._meta.concrete_fields]
 # A concrete field is one with a column, so none of these is None.
 _COLUMNS = [cast(str, f.column) for f in TaskRecord._meta.concrete_fields]
-_JSON_INDEXES = [i for i, f in enumerate(_FIELDS) if f in JSON_COLUMNS]
 _dumps = json.dumps
 _CLAIM_ORDER_SQL = ", ".join(
     f"{name[1:]} DESC" if name.startswith("-") else name for name in CLAIM_ORDER
@@ -100,6 +99,13 @@ def _target(vendor: str, quote: Callable[[str], str]) -> tuple[str, str]:
     return quote(TaskRecord._meta.db_table), ", ".join(quote(c) for c in _COLUMNS)
 
 
+@functools.cache
+def _copy_statement(vendor: str, quote: Callable[[str], str]) -> str:
+    """The COPY of fresh records, its columns in ``_COPY_FIELDS`` order (built once)."""
+    table = _target(vendor, quote)[0]
+    return f"COPY {table} ({', '.join(quote(c) for c in _COPY_COLUMNS)}) FROM STDIN"
+
+
 def insert_records(connection: BaseDatabaseWrapper, news: Sequence[NewTask]) -> None:
     """Insert fresh task rows in as few statements as possible."""
     table, columns = _target(connection.vendor, connection.ops.quote_name)
@@ -107,8 +113,7 @@ def insert_records(connection: BaseDatabaseWrapper, news: Sequence[NewTask]) -> 
         if connection.vendor == "postgresql" and len(news) >= COPY_MIN_ROWS:
             # Past Django's cursor wrapper, so its errors are mapped here (a taken id is
             # an IntegrityError, as from an INSERT).
-            copy_columns = ", ".join(connection.ops.quote_name(c) for c in _COPY_COLUMNS)
-            statement = f"COPY {table} ({copy_columns}) FROM STDIN"
+            statement = _copy_statement(connection.vendor, connection.ops.quote_name)
             with connection.wrap_database_errors, cursor.cursor.copy(statement) as copy:
                 write = copy.write_row
                 for row in _copy_rows(news):
