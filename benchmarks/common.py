@@ -12,7 +12,7 @@ import os
 import random
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: The last line a driver prints starts with this, followed by its JSON answer.
@@ -80,7 +80,7 @@ def percentile(values: list[float], pct: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
-def driver_main(actions: dict[str, Callable[..., dict[str, Any]]]) -> None:
+def driver_main(actions: Mapping[str, Callable[..., dict[str, Any]]]) -> None:
     """``python -m <driver> ACTION '{"param": ...}'``: run one action, print its JSON answer."""
     if len(sys.argv) not in (2, 3) or sys.argv[1] not in actions:
         sys.exit(f"usage: {sys.argv[0]} {{{','.join(actions)}}} [JSON params]")

@@ -20,7 +20,7 @@ DEFAULT_URL = f"sqlite:///{HERE / 'results' / 'bench-workers.sqlite3'}"
 
 def database_from_env() -> dict[str, Any]:
     """DATABASES['default'] for the URL in DATABASE_URL (a SQLite file when unset)."""
-    db = dj_database_url.parse(os.environ.get("DATABASE_URL") or DEFAULT_URL)
+    db: dict[str, Any] = dict(dj_database_url.parse(os.environ.get("DATABASE_URL") or DEFAULT_URL))
     db["CONN_MAX_AGE"] = None
     db["CONN_HEALTH_CHECKS"] = False
     if db["ENGINE"] == "django.db.backends.sqlite3":

@@ -16,6 +16,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import django
@@ -247,7 +248,7 @@ def latency(path: str, samples: int, gap: list[float], timeout: float) -> dict[s
     return common.measure_latency(submit, path, samples, (gap[0], gap[1]), timeout)
 
 
-ACTIONS = {
+ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "migrate": migrate,
     "reset": reset,
     "enqueue_single": enqueue_single,

@@ -183,7 +183,7 @@ def _insert_rows(
     from django.db import connection
 
     pg = connection.vendor == "postgresql"
-    params = {
+    params: dict[str, Any] = {
         "count": count,
         "owner": owner,
         "owners": max(owners, 1),

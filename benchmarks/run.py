@@ -225,7 +225,7 @@ def reap(procs: list[subprocess.Popen[bytes]], timeout: float) -> tuple[list[int
                 for other in procs:
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(other.pid, signal.SIGKILL)
-                raise BenchError(f"a worker did not finish within {timeout:.0f} s: {proc.args}")
+                raise BenchError(f"a worker did not finish within {timeout:.0f} s: {proc.args!r}")
             time.sleep(0.02)
         proc.returncode = os.waitstatus_to_exitcode(status)
         codes.append(proc.returncode)
@@ -439,8 +439,8 @@ def ensure_anchors_venv() -> str:
     stamp = ANCHORS_VENV / ".bench-installed"
     if python.exists() and stamp.exists() and stamp.read_text().strip() == want:
         return str(python)
-    base = os.environ.get("BENCH_ANCHORS_PYTHON") or getattr(
-        sys, "_base_executable", sys.executable
+    base = os.environ.get("BENCH_ANCHORS_PYTHON") or str(
+        getattr(sys, "_base_executable", sys.executable)
     )
     if not python.exists():
         say(f"creating {ANCHORS_VENV.relative_to(ROOT)} with {base}")
@@ -517,30 +517,23 @@ def build_targets(
         if anchors:
             python = ensure_anchors_venv()
             fresh_pg_database(pg_base, f"{prefix}_anchors")
-            common = {
-                "db": "postgresql",
-                "python": python,
-                "settings": "benchmarks.anchors.settings",
-                "driver": "benchmarks.anchors.driver",
-                "db_url": pg_url(pg_base, f"{prefix}_anchors"),
-            }
-            targets.append(
-                Target(
-                    key="dtdb",
-                    label="django-tasks-db db_worker (PostgreSQL)",
-                    params={"system": "dtdb"},
-                    poll=1.0,
-                    **common,
+            anchors_url = pg_url(pg_base, f"{prefix}_anchors")
+
+            def anchor(system: str, label: str, poll: float | None = None) -> Target:
+                return Target(
+                    key=system,
+                    label=label,
+                    db="postgresql",
+                    python=python,
+                    settings="benchmarks.anchors.settings",
+                    driver="benchmarks.anchors.driver",
+                    db_url=anchors_url,
+                    params={"system": system},
+                    poll=poll,
                 )
-            )
-            targets.append(
-                Target(
-                    key="procrastinate",
-                    label="Procrastinate (PostgreSQL)",
-                    params={"system": "procrastinate"},
-                    **common,
-                )
-            )
+
+            targets.append(anchor("dtdb", "django-tasks-db db_worker (PostgreSQL)", poll=1.0))
+            targets.append(anchor("procrastinate", "Procrastinate (PostgreSQL)"))
     return targets
 
 

@@ -121,6 +121,7 @@ def measure(tasks: int, delay: float, warmup: int) -> dict[str, Any]:
         if info.status != "COMPLETED":
             raise SystemExit(f"Task {handle.id} ended {info.status}: {info.error}")
         if n >= warmup:
+            assert info.finished_at is not None  # a COMPLETED task has ended
             by_return.append(returned - info.result)
             by_finished.append(returned - info.finished_at.timestamp())
     return {"after_return": summary(by_return), "after_finished_at": summary(by_finished)}

@@ -157,7 +157,9 @@ def promotion_latency(url: str, workflows: int, warmup: int) -> dict[str, Any]:
 def _result(info: Any, node: str) -> float:
     from django_workers.models import TaskRecord
 
-    return float(TaskRecord.objects.get(pk=info.node(node).task_id).result)
+    result = TaskRecord.objects.get(pk=info.node(node).task_id).result
+    assert result is not None, f"node {node} returned nothing"
+    return float(result)
 
 
 def overhead(url: str, workflows: int, width: int, runs: int) -> dict[str, Any]:

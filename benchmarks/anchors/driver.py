@@ -13,6 +13,7 @@ import contextlib
 import os
 import time
 import uuid
+from collections.abc import Callable
 from importlib.metadata import version
 from typing import Any
 
@@ -217,7 +218,7 @@ def latency(
     return common.measure_latency(submit, path, samples, (gap[0], gap[1]), timeout)
 
 
-ACTIONS = {
+ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "migrate": migrate,
     "reset": reset,
     "enqueue_single": enqueue_single,
