@@ -203,7 +203,8 @@ def insert_if_new(connection: BaseDatabaseWrapper, record: Mapping[str, Any]) ->
     One statement that never raises on the id (``ON CONFLICT DO NOTHING``, PostgreSQL
     and SQLite), so inside a transaction it needs no savepoint to survive a taken id.
     The columns that are the same in every fresh record are literals in the statement;
-    on PostgreSQL it calls ``INSERT_FUNCTION``, whose plan the server keeps.
+    on PostgreSQL it calls ``INSERT_FUNCTION``, whose plan the server keeps, with its
+    values bound on the server (see ``kept_cursor``).
     """
     adapt = connection.ops.adapt_datetimefield_value
     params = []
@@ -215,7 +216,7 @@ def insert_if_new(connection: BaseDatabaseWrapper, record: Mapping[str, Any]) ->
             elif f in _BOUND_DATETIME:
                 value = adapt(value)
         params.append(value)
-    with kept_cursor(connection) as cursor:
+    with kept_cursor(connection, bound=True) as cursor:
         cursor.execute(_insert_if_new_sql(connection.vendor, connection.ops.quote_name), params)
         if connection.vendor == "postgresql":
             return bool(cursor.fetchone()[0])
@@ -640,12 +641,15 @@ def _statements_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any | None]:
 
 
 #: For each Django connection to PostgreSQL: the psycopg connection it held when its
-#: kept cursor was made, and that cursor.
+#: kept cursor was made, and that cursor; ``_KEPT_BOUND`` likewise for ``bound=True``.
 _KEPT: weakref.WeakKeyDictionary[BaseDatabaseWrapper, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+_KEPT_BOUND: weakref.WeakKeyDictionary[BaseDatabaseWrapper, tuple[Any, Any]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 @contextlib.contextmanager
-def kept_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
+def kept_cursor(connection: BaseDatabaseWrapper, *, bound: bool = False) -> Iterator[Any]:
     """Django's cursor for the hot statements, on PostgreSQL one psycopg cursor kept open.
 
     A new psycopg cursor looks up the adapter of every parameter type again on its
@@ -655,6 +659,14 @@ def kept_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
     error translation) and replaced once Django has reconnected. It keeps its last
     result (at most one claim's rows) until its next statement. Other databases
     get Django's usual cursor.
+
+    ``bound``: for a query of one statement, a cursor that sends the values apart
+    from the query text (psycopg's server-side binding) even where the connection
+    binds on the client, Django's default. Neither side then quotes the values into,
+    or parses them out of, the text: about a fifth of the client's and the server's
+    CPU of a single submit. Nothing is prepared (psycopg's threshold is the
+    connection's, which Django leaves off), so it also works behind a
+    transaction-mode pooler.
     """
     if connection.vendor != "postgresql":
         with connection.cursor() as cursor:
@@ -663,16 +675,26 @@ def kept_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any]:
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     raw = connection.connection
-    kept = _KEPT.get(connection)
+    # Where Django binds on the server already, its own kept cursor is that cursor.
+    bound = bound and not getattr(connection.features, "uses_server_side_binding", False)
+    table = _KEPT_BOUND if bound else _KEPT
+    kept = table.get(connection)
     if kept is None or kept[0] is not raw or kept[1].closed:
         with connection.wrap_database_errors:
-            kept = (raw, connection.create_cursor())
-        _KEPT[connection] = kept
+            kept = (raw, _server_bound_cursor(raw) if bound else connection.create_cursor())
+        table[connection] = kept
     connection.validate_thread_sharing()
     if connection.queries_logged:
         yield connection.make_debug_cursor(kept[1])
     else:
         yield connection.make_cursor(kept[1])
+
+
+def _server_bound_cursor(raw: Any) -> Any:
+    """A psycopg cursor binding on the server, on the psycopg connection ``raw``."""
+    import psycopg
+
+    return psycopg.Cursor(raw)
 
 
 @functools.cache

@@ -4,13 +4,15 @@ A single submit, a claim and a batch of ends each used to make a new cursor,
 whose adapters psycopg sets up again on its first statement. The store keeps
 one cursor per connection and wraps it the way Django wraps any cursor, so
 query logging, execute wrappers, error translation and Django's async and
-thread checks all still apply.
+thread checks all still apply. A single submit's cursor binds its values on the
+server (one statement, no quoting of the values into the text), kept the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -18,8 +20,11 @@ from django.core.exceptions import SynchronousOnlyOperation
 from django.db import DEFAULT_DB_ALIAS, ProgrammingError, connections
 from django.test.utils import CaptureQueriesContext
 
+from django_workers import clock
+from django_workers.models import TaskRecord
 from django_workers.stores import sql
 from django_workers.stores.database import DatabaseWorkerStore
+from django_workers.submission import MAX_PRIORITY, MIN_PRIORITY
 from tests.factories import NewTaskFactory
 
 connection = connections[DEFAULT_DB_ALIAS]  # the wrapper itself, which the store keys on
@@ -32,16 +37,23 @@ pytestmark = [
 
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The psycopg cursors the connection makes while the test runs, from no kept one."""
+    """The psycopg cursors the store makes while the test runs, from no kept one."""
     sql._KEPT.pop(connection, None)
+    sql._KEPT_BOUND.pop(connection, None)
     cursors: list[Any] = []
     create = connection.create_cursor
+    bound = sql._server_bound_cursor
 
     def spy(name: str | None = None) -> Any:
         cursors.append(create(name))
         return cursors[-1]
 
+    def spy_bound(raw: Any) -> Any:
+        cursors.append(bound(raw))
+        return cursors[-1]
+
     monkeypatch.setattr(connection, "create_cursor", spy)
+    monkeypatch.setattr(sql, "_server_bound_cursor", spy_bound)
     return cursors
 
 
@@ -56,6 +68,51 @@ def test_one_cursor_serves_every_submit(made: list[Any]) -> None:
         submit(store)
     assert len(made) == 1
     assert not made[0].closed
+    # Server-side binding, though Django's connection binds on the client.
+    assert not isinstance(made[0], sql.psycopg_client_cursor())
+    assert isinstance(connection.connection.cursor(), sql.psycopg_client_cursor())
+
+
+def test_values_bound_on_the_server_reach_every_column(made: list[Any]) -> None:
+    store = DatabaseWorkerStore()
+    news = [
+        NewTaskFactory(priority=MIN_PRIORITY, args=["x'); --", {"b": None}], kwargs={"k": [1.5]}),
+        NewTaskFactory(
+            global_scope=True,
+            priority=MAX_PRIORITY,
+            run_after=clock.now() + timedelta(hours=1),
+            options={"timeout": 2.5, "max_retries": 3},
+            queue="q-\u00e9",
+        ),
+    ]
+    for new in news:
+        assert store.submit(new, new.owner).created
+    assert len(made) == 1
+    assert not isinstance(made[0], sql.psycopg_client_cursor())
+    for new in news:
+        row = TaskRecord.objects.get(pk=new.id)
+        assert (row.owner, row.scope, row.priority, row.queue) == (
+            new.owner,
+            new.scope,
+            new.priority,
+            new.queue,
+        )
+        assert (row.args, row.kwargs, row.options) == (new.args, new.kwargs, new.options)
+        assert (row.run_after, row.created_at, row.run_id) == (
+            new.run_after,
+            new.created_at,
+            new.run_id,
+        )
+
+
+def test_where_django_binds_on_the_server_its_own_cursor_serves(
+    made: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connection.features, "uses_server_side_binding", True)
+    submit(DatabaseWorkerStore())
+    assert len(made) == 1
+    assert sql._KEPT[connection][1] is made[0]
+    assert connection not in sql._KEPT_BOUND
 
 
 def test_the_statements_are_logged_and_pass_the_execute_wrappers(made: list[Any]) -> None:
@@ -86,7 +143,7 @@ def test_a_new_connection_gets_a_new_cursor(made: list[Any]) -> None:
 
 def test_errors_are_djangos_and_the_cursor_serves_on(made: list[Any]) -> None:
     store = DatabaseWorkerStore()
-    with pytest.raises(ProgrammingError), sql.kept_cursor(connection) as cursor:
+    with pytest.raises(ProgrammingError), sql.kept_cursor(connection, bound=True) as cursor:
         cursor.execute("SELECT django_workers_no_such_function()")
     submit(store)
     assert len(made) == 1
@@ -111,7 +168,7 @@ def test_each_thread_keeps_its_own(made: list[Any]) -> None:
         theirs = connections[DEFAULT_DB_ALIAS]
         try:
             submit(store)
-            assert sql._KEPT[theirs][1] is not made[0]
+            assert sql._KEPT_BOUND[theirs][1] is not made[0]
         except BaseException as error:  # reported to the test's thread below
             errors.append(error)
         finally:
