@@ -663,9 +663,9 @@ def kept_cursor(connection: BaseDatabaseWrapper, *, bound: bool = False) -> Iter
     ``bound``: for a query of one statement, a cursor that sends the values apart
     from the query text (psycopg's server-side binding) even where the connection
     binds on the client, Django's default. Neither side then quotes the values into,
-    or parses them out of, the text: about a fifth of the client's and the server's
-    CPU of a single submit. Nothing is prepared (psycopg's threshold is the
-    connection's, which Django leaves off), so it also works behind a
+    or parses them out of, the text: a single submit measured about 7% faster, with
+    an eighth less of the client's CPU. Nothing is prepared (psycopg's threshold is
+    the connection's, which Django leaves off), so it also works behind a
     transaction-mode pooler.
     """
     if connection.vendor != "postgresql":
