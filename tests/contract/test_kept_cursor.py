@@ -70,7 +70,8 @@ def test_one_cursor_serves_every_submit(made: list[Any]) -> None:
     assert not made[0].closed
     # Server-side binding, though Django's connection binds on the client.
     assert not isinstance(made[0], sql.psycopg_client_cursor())
-    assert isinstance(connection.connection.cursor(), sql.psycopg_client_cursor())
+    with connection.connection.cursor() as djangos_kind:
+        assert isinstance(djangos_kind, sql.psycopg_client_cursor())
 
 
 def test_values_bound_on_the_server_reach_every_column(made: list[Any]) -> None:
