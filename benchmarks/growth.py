@@ -522,12 +522,12 @@ def plans() -> dict[str, list[str]]:
     pg = connection.vendor == "postgresql"
     for name, statements in wanted.items():
         for i, (sql, params) in enumerate(statements):
-            head = sql.lstrip().split(None, 1)[0].upper()
+            head = sql.lstrip().lstrip("(").split(None, 1)[0].upper()
             if head not in ("SELECT", "UPDATE", "DELETE", "WITH"):
                 continue
             if name == "cleanup read" and head != "SELECT":
                 continue
-            if head == "SELECT" and re.search(rf"\bFROM {WATCHERS}\b", sql.replace('"', "")):
+            if head == "SELECT" and not re.search(rf"\bFROM {TABLE}\b", sql.replace('"', "")):
                 continue  # the watchers of the rows found, by task id
             prefix = "EXPLAIN (ANALYZE, BUFFERS) " if pg else "EXPLAIN QUERY PLAN "
             # Inside a transaction rolled back: an analysed UPDATE really runs.

@@ -91,6 +91,13 @@ def _one_writer[Method: Callable[..., Any]](method: Method) -> Method:
     return one_writer  # type: ignore[return-value]
 
 
+def _newest_page(found: Sequence[dict[str, Any]], offset: int, limit: int) -> list[dict[str, Any]]:
+    """A page of a user's owned and watched rows, newest first, each row once."""
+    merged = {row["id"]: row for row in found}
+    newest = sorted(merged.values(), key=lambda r: (r["created_at"], r["id"]), reverse=True)
+    return newest[offset : offset + limit]
+
+
 class DatabaseWorkerStore(WorkerStore):
     """Task records in the site's database, shared by every process that reaches it."""
 
@@ -307,11 +314,22 @@ class DatabaseWorkerStore(WorkerStore):
         offset: int = 0,
         limit: int = 100,
     ) -> list[TaskInfo]:
-        qs = self._records().all()
-        if status is not None:
-            qs = qs.filter(status=status)
-        if queue is not None:
-            qs = qs.filter(queue=queue)
+        filters = {
+            name: value
+            for name, value in (
+                ("status", None if status is None else TaskStatus(status).value),
+                ("queue", queue),
+            )
+            if value is not None
+        }
+        connection = connections[self.using]
+        if connection.vendor == "postgresql":
+            # One round trip, each row with its watchers.
+            found = sql.list_postgres(connection, user_id, filters, offset, limit)
+            if user_id is not None:
+                found = _newest_page(found, offset, limit)
+            return [rows.info_of(row, row["grants"]) for row in found]
+        qs = self._records().filter(**filters)
         if user_id is None:
             return self._infos(list(qs.newest_first().values(*COLUMNS)[offset : offset + limit]))
         # A user's own tasks and the ones it watches are read apart, each newest first
@@ -320,9 +338,7 @@ class DatabaseWorkerStore(WorkerStore):
         end = offset + limit
         owned = qs.filter(owner=user_id).newest_first().values(*COLUMNS)[:end]
         watched = qs.filter(watcher_rows__user_id=user_id).newest_first().values(*COLUMNS)[:end]
-        merged = {row["id"]: row for part in (owned, watched) for row in part}
-        found = sorted(merged.values(), key=lambda r: (r["created_at"], r["id"]), reverse=True)
-        return self._infos(found[offset:end])
+        return self._infos(_newest_page([*owned, *watched], offset, limit))
 
     def _infos(self, found: list[dict[str, Any]]) -> list[TaskInfo]:
         grants: dict[str, list[str]] = {}

@@ -1,7 +1,8 @@
 """Hand-written SQL for the hot paths of ``DatabaseWorkerStore``.
 
 The ORM builds the same statements with far more Python per row. These are
-the three paths every task takes, written once per vendor where it pays:
+the paths every task takes, and the task lists, written once per vendor where
+it pays:
 
 - inserting records: COPY on PostgreSQL for batches, one multi-row INSERT
   elsewhere;
@@ -10,7 +11,10 @@ the three paths every task takes, written once per vendor where it pays:
 - ending runs on PostgreSQL: one ``UPDATE ... FROM (VALUES ...)`` per group,
   each row still fenced on its run id, worker and RUNNING status;
 - a workflow's new state and the promotions it makes, on PostgreSQL in one
-  statement.
+  statement;
+- the task lists on PostgreSQL: a user's own and watched tasks with their
+  watchers in one round trip, where the ORM took three queries and most of the
+  time building them.
 
 Every statement keeps the precondition in its WHERE clause; nothing is
 decided in Python between a read and a write.
@@ -267,10 +271,10 @@ def claim_postgres(
             if cursor is not None:
                 cursor.execute(ordered + sql, params)
                 cursor.nextset()
-                return _claimed(cursor.fetchall())
+                return _records(cursor.fetchall())
     with kept_cursor(connection) as cursor:
         cursor.execute(sql, params)
-        return _claimed(cursor.fetchall())
+        return _records(cursor.fetchall())
 
 
 #: A claim's worker id, queues (None: every queue), most rows, and the time it claims at.
@@ -293,7 +297,7 @@ def claim_limited_postgres(
         cursor.execute(sql, params)
         for _ in range(leading):
             cursor.nextset()
-        return _claimed(cursor.fetchall())
+        return _records(cursor.fetchall())
 
 
 def _limited_claim_sql(
@@ -409,7 +413,7 @@ def finish_and_claim_postgres(
         cursor.nextset()
         for _ in range(leading):
             cursor.nextset()
-        return winners, _claimed(cursor.fetchall())
+        return winners, _records(cursor.fetchall())
 
 
 def _claim_sql(
@@ -448,12 +452,15 @@ def _queue_params(queues: Sequence[str] | None) -> list[Any]:
     return [queues[0] if len(queues) == 1 else list(queues)]
 
 
-#: What a claim returns of each row it took: its columns, then its watchers.
-_CLAIM_RETURNING = f"""RETURNING {", ".join(f"t.{c}" for c in _COLUMNS)},
+#: A record as the claim and the lists read it (the table as ``t``): its columns, then
+#: its watchers (``_records`` decodes it).
+_RECORD_SELECT = f"""{", ".join(f"t.{c}" for c in _COLUMNS)},
             ARRAY(
                 SELECT w.user_id FROM {TaskWatcher._meta.db_table} w
                 WHERE w.task_id = t.id ORDER BY w.id
             )"""
+#: What a claim returns of each row it took.
+_CLAIM_RETURNING = f"RETURNING {_RECORD_SELECT}"
 
 
 def _ordered_claim(queues: Sequence[str] | None) -> str:
@@ -472,8 +479,9 @@ def _ordered_claim(queues: Sequence[str] | None) -> str:
     return "SELECT set_config('enable_sort', 'off', true);\n"
 
 
-def _claimed(fetched: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-    claimed = []
+def _records(fetched: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+    """Rows of ``_RECORD_SELECT`` as records, their watchers under ``grants``."""
+    records = []
     for values in fetched:
         record = dict(zip(_FIELDS, values[:-1], strict=True))
         for name in JSON_COLUMNS:
@@ -482,8 +490,43 @@ def _claimed(fetched: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
                 # Most records hold empty args, kwargs and errors: no parser needed for those.
                 record[name] = [] if text == "[]" else {} if text == "{}" else json.loads(text)
         record["grants"] = list(values[-1])
-        claimed.append(record)
-    return claimed
+        records.append(record)
+    return records
+
+
+def list_postgres(
+    connection: BaseDatabaseWrapper,
+    user_id: str | None,
+    filters: Mapping[str, str],
+    offset: int,
+    limit: int,
+) -> list[dict[str, Any]]:
+    """The newest records, each with its watchers under ``grants``: one round trip.
+
+    ``filters``: column -> value, each an equality. For a user (``user_id``), the
+    records it owns and the ones it watches are read apart, each newest first
+    along its own index, up to ``offset + limit`` of each (one query with "owner
+    = u OR watched" would walk the whole table newest first to fill a page); the
+    caller merges them. Else every record, that page of them.
+    """
+    table = TaskRecord._meta.db_table
+    where = "".join(f" AND t.{column} = %s" for column in filters)
+    values = list(filters.values())
+    order = "ORDER BY t.created_at DESC, t.id DESC"
+    if user_id is None:
+        sql = f"SELECT {_RECORD_SELECT} FROM {table} t WHERE TRUE{where} {order} LIMIT %s OFFSET %s"
+        params = [*values, limit, offset]
+    else:
+        sql = (
+            f"(SELECT {_RECORD_SELECT} FROM {table} t WHERE t.owner = %s{where} {order} LIMIT %s)"
+            f" UNION ALL (SELECT {_RECORD_SELECT} FROM {table} t"
+            f" JOIN {TaskWatcher._meta.db_table} v ON v.task_id = t.id"
+            f" WHERE v.user_id = %s{where} {order} LIMIT %s)"
+        )
+        params = [user_id, *values, offset + limit, user_id, *values, offset + limit]
+    with kept_cursor(connection, bound=True) as cursor:
+        cursor.execute(sql, params)
+        return _records(cursor.fetchall())
 
 
 def finish_postgres(
@@ -621,7 +664,7 @@ def commit_workflows_postgres(
             cursor.nextset()
         if ordered:
             cursor.nextset()
-        return _claimed(cursor.fetchall())
+        return _records(cursor.fetchall())
 
 
 def rollback_postgres(connection: BaseDatabaseWrapper) -> None:
