@@ -302,6 +302,11 @@ class DatabaseWorkerStore(WorkerStore):
     # -- reading --
 
     def get_task_info(self, task_id: str) -> TaskInfo | None:
+        connection = connections[self.using]
+        if connection.vendor == "postgresql":
+            # One round trip, the row with its watchers.
+            found = sql.record_postgres(connection, task_id)
+            return None if found is None else rows.info_of(found, found["grants"])
         row = self._records().filter(pk=task_id).values(*COLUMNS).first()
         return None if row is None else rows.info_of(row, self._grants(task_id))
 

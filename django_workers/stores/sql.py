@@ -1,8 +1,8 @@
 """Hand-written SQL for the hot paths of ``DatabaseWorkerStore``.
 
 The ORM builds the same statements with far more Python per row. These are
-the paths every task takes, and the task lists, written once per vendor where
-it pays:
+the paths every task takes, and the reads of tasks, written once per vendor
+where it pays:
 
 - inserting records: COPY on PostgreSQL for batches, one multi-row INSERT
   elsewhere;
@@ -12,9 +12,9 @@ it pays:
   each row still fenced on its run id, worker and RUNNING status;
 - a workflow's new state and the promotions it makes, on PostgreSQL in one
   statement;
-- the task lists on PostgreSQL: a user's own and watched tasks with their
-  watchers in one round trip, where the ORM took three queries and most of the
-  time building them.
+- reading tasks on PostgreSQL: one task, or a user's own and watched tasks,
+  with their watchers in one round trip, where the ORM took two or three
+  queries and most of the time building them.
 
 Every statement keeps the precondition in its WHERE clause; nothing is
 decided in Python between a read and a write.
@@ -492,6 +492,17 @@ def _records(fetched: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
         record["grants"] = list(values[-1])
         records.append(record)
     return records
+
+
+def record_postgres(connection: BaseDatabaseWrapper, task_id: str) -> dict[str, Any] | None:
+    """One record with its watchers under ``grants``, or None: one round trip."""
+    with kept_cursor(connection, bound=True) as cursor:
+        cursor.execute(
+            f"SELECT {_RECORD_SELECT} FROM {TaskRecord._meta.db_table} t WHERE t.id = %s",
+            [task_id],
+        )
+        found = _records(cursor.fetchall())
+    return found[0] if found else None
 
 
 def list_postgres(
