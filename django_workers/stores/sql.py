@@ -452,8 +452,8 @@ def _queue_params(queues: Sequence[str] | None) -> list[Any]:
     return [queues[0] if len(queues) == 1 else list(queues)]
 
 
-#: A record as the claim and the lists read it (the table as ``t``): its columns, then
-#: its watchers (``_records`` decodes it).
+#: A record as the claims and the reads of tasks select it (the table as ``t``): its
+#: columns, then its watchers (``_records`` decodes it).
 _RECORD_SELECT = f"""{", ".join(f"t.{c}" for c in _COLUMNS)},
             ARRAY(
                 SELECT w.user_id FROM {TaskWatcher._meta.db_table} w
