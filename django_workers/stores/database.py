@@ -56,8 +56,6 @@ from django_workers.workflows.records import WorkflowInfo, info_of
 COLUMNS = tuple(record_fields())
 #: The columns of a workflow row, read with .values().
 WORKFLOW_COLUMNS = tuple(f.attname for f in WorkflowRecord._meta.concrete_fields)
-#: What a workflow's status reads of each node's record.
-NODE_COLUMNS = ("id", "status", "result", "error", "cancel_reason")
 #: Records deleted per transaction by retention cleanup on SQLite, whose only write
 #: lock every claim waits for.
 SQLITE_DELETE_CHUNK = 100
@@ -354,6 +352,11 @@ class DatabaseWorkerStore(WorkerStore):
         return [rows.info_of(row, grants.get(row["id"], ())) for row in found]
 
     def get_workflow(self, workflow_id: str) -> WorkflowInfo | None:
+        connection = connections[self.using]
+        if connection.vendor == "postgresql":
+            # One round trip, the row with its task records.
+            found = self._workflow_infos_postgres({"id": workflow_id}, 0, 1)
+            return found[0] if found else None
         row = self._flows().filter(pk=workflow_id).values(*WORKFLOW_COLUMNS).first()
         return None if row is None else self._workflow_infos([row])[0]
 
@@ -365,6 +368,12 @@ class DatabaseWorkerStore(WorkerStore):
         offset: int = 0,
         limit: int = 100,
     ) -> list[WorkflowInfo]:
+        if connections[self.using].vendor == "postgresql":
+            # A user sees the workflows it owns, as ``visible_to`` says.
+            filters = {"owner": user_id, "state": state}
+            return self._workflow_infos_postgres(
+                {name: value for name, value in filters.items() if value is not None}, offset, limit
+            )
         qs = self._flows().visible_to(user_id)
         if state is not None:
             qs = qs.filter(state=state)
@@ -372,11 +381,19 @@ class DatabaseWorkerStore(WorkerStore):
             list(qs.newest_first().values(*WORKFLOW_COLUMNS)[offset : offset + limit])
         )
 
+    def _workflow_infos_postgres(
+        self, filters: Mapping[str, str], offset: int, limit: int
+    ) -> list[WorkflowInfo]:
+        found = sql.workflows_postgres(connections[self.using], filters, offset, limit)
+        return [
+            info_of(row, {r["id"]: rows.node_record(r) for r in records}) for row, records in found
+        ]
+
     def _workflow_infos(self, found: list[dict[str, Any]]) -> list[WorkflowInfo]:
         if not found:
             return []
         records = self._records().filter(workflow__in=[row["id"] for row in found])
-        nodes = {r["id"]: rows.node_record(r) for r in records.values(*NODE_COLUMNS)}
+        nodes = {r["id"]: rows.node_record(r) for r in records.values(*sql.NODE_COLUMNS)}
         return [info_of(row, nodes) for row in found]
 
     # -- state changes --

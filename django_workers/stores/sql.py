@@ -14,7 +14,8 @@ where it pays:
   statement;
 - reading tasks on PostgreSQL: one task, or a user's own and watched tasks,
   with their watchers in one round trip, where the ORM took two or three
-  queries and most of the time building them.
+  queries and most of the time building them; workflows likewise, each with
+  what its status shows of its task records.
 
 Every statement keeps the precondition in its WHERE clause; nothing is
 decided in Python between a read and a write.
@@ -503,6 +504,51 @@ def record_postgres(connection: BaseDatabaseWrapper, task_id: str) -> dict[str, 
         )
         found = _records(cursor.fetchall())
     return found[0] if found else None
+
+
+#: What a workflow's status reads of each of its task records, in this order.
+NODE_COLUMNS = ("id", "status", "result", "error", "cancel_reason")
+_WORKFLOW_FIELDS = [f.attname for f in WorkflowRecord._meta.concrete_fields]
+_WORKFLOW_JSON = frozenset(
+    f.attname for f in WorkflowRecord._meta.concrete_fields if f.get_internal_type() == "JSONField"
+)
+#: A workflow row (the table as ``f``): its columns, then its task records' ``NODE_COLUMNS``
+#: as one JSON array of arrays (``_workflows`` decodes it).
+_WORKFLOW_SELECT = f"""{", ".join(f"f.{f.column}" for f in WorkflowRecord._meta.concrete_fields)},
+            (
+                SELECT json_agg(json_build_array({", ".join(f"t.{n}" for n in NODE_COLUMNS)}))
+                FROM {TaskRecord._meta.db_table} t WHERE t.workflow = f.id
+            )"""
+
+
+def workflows_postgres(
+    connection: BaseDatabaseWrapper,
+    filters: Mapping[str, str],
+    offset: int,
+    limit: int,
+) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    """The newest workflows matching ``filters`` (column -> value, each an equality),
+    each with what its status reads of its task records: one round trip.
+    """
+    where = "".join(f" AND f.{column} = %s" for column in filters)
+    sql = (
+        f"SELECT {_WORKFLOW_SELECT} FROM {WorkflowRecord._meta.db_table} f WHERE TRUE{where}"
+        " ORDER BY f.created_at DESC, f.id DESC LIMIT %s OFFSET %s"
+    )
+    with kept_cursor(connection, bound=True) as cursor:
+        cursor.execute(sql, [*filters.values(), limit, offset])
+        fetched = cursor.fetchall()
+    found = []
+    for values in fetched:
+        row = dict(zip(_WORKFLOW_FIELDS, values[:-1], strict=True))
+        for name in _WORKFLOW_JSON:
+            if isinstance(row[name], str):
+                row[name] = json.loads(row[name])
+        records = values[-1]
+        if isinstance(records, str):
+            records = json.loads(records)
+        found.append((row, [dict(zip(NODE_COLUMNS, r, strict=True)) for r in records or ()]))
+    return found
 
 
 def list_postgres(

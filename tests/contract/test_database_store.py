@@ -28,7 +28,7 @@ from django_workers import (
 )
 from django_workers.models import TaskRecord, TaskWatcher
 from django_workers.stores import rows, sql
-from django_workers.stores.database import DatabaseWorkerStore
+from django_workers.stores.database import WORKFLOW_COLUMNS, DatabaseWorkerStore
 from django_workers.submission import build_task, build_tasks
 from django_workers.workflows import Workflow
 from tests.factories import NewTaskFactory, TaskRecordFactory, TaskWatcherFactory
@@ -355,3 +355,50 @@ def test_a_forked_child_does_not_inherit_a_held_writer_lock(db_store: DatabaseWo
         release.set()
         holder.join(10.0)
     assert took is True
+
+
+@pytest.mark.django_db
+def test_a_workflow_status_reads_as_the_orm_does_in_one_query_on_postgresql(
+    django_assert_num_queries: DjangoAssertNumQueries,
+) -> None:
+    store = DatabaseWorkerStore()
+    wf = Workflow("w1", ALICE)
+    first = wf.add("first", add, args=[1, 2])
+    second = wf.add("second", add, args=[3, 4]).after(first)
+    wf.add("third", add).after(second)
+    handle = wf.submit(store=store)
+    other = Workflow("w2", Owner("bob"))
+    other.add("only", add)
+    other.submit(store=store)
+    ids = {node.name: node.task_id for node in handle.status().nodes}
+    # Records as ends leave them: a result, an error's message, a cancel's reason.
+    done = {"sum": 3, "text": "é", "list": [1.5, None]}
+    TaskRecord.objects.filter(pk=ids["first"]).update(status="COMPLETED", result=done)
+    TaskRecord.objects.filter(pk=ids["second"]).update(
+        status="FAILED", error={"type": "builtins.ValueError", "message": "boom", "traceback": ""}
+    )
+    TaskRecord.objects.filter(pk=ids["third"]).update(status="CANCELLED", cancel_reason="user")
+    row = store._flows().filter(pk=handle.id).values(*WORKFLOW_COLUMNS).get()
+    by_orm = store._workflow_infos([row])[0]
+    postgres = connection.vendor == "postgresql"
+    # The row, then its task records; on PostgreSQL the row with its records.
+    with django_assert_num_queries(1 if postgres else 2):
+        info = store.get_workflow(handle.id)
+    assert info == by_orm
+    # States come from the workflow row (its machine's view), reasons from the records.
+    assert [(n.name, n.reason) for n in info.nodes] == [  # type: ignore[union-attr]
+        ("first", None),
+        ("second", "boom"),
+        ("third", "user"),
+    ]
+    assert info.nodes[0].result_size == rows.json_size(done)  # type: ignore[union-attr]
+    assert store.get_workflow("alice::missing") is None
+    with django_assert_num_queries(1 if postgres else 2):
+        mine = store.list_workflows(user_id="alice")
+    assert mine == [by_orm]
+    assert len(store.list_workflows(user_id=None)) == 2
+    assert store.list_workflows(user_id="alice", state="completed") == []
+    assert (
+        store.list_workflows(user_id=None, offset=1, limit=5)
+        == store.list_workflows(user_id=None)[1:]
+    )
