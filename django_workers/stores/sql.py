@@ -513,7 +513,7 @@ _WORKFLOW_JSON = frozenset(
     f.attname for f in WorkflowRecord._meta.concrete_fields if f.get_internal_type() == "JSONField"
 )
 #: A workflow row (the table as ``f``): its columns, then its task records' ``NODE_COLUMNS``
-#: as one JSON array of arrays (``_workflows`` decodes it).
+#: as one JSON array of arrays (``workflows_postgres`` decodes it).
 _WORKFLOW_SELECT = f"""{", ".join(f"f.{f.column}" for f in WorkflowRecord._meta.concrete_fields)},
             (
                 SELECT json_agg(json_build_array({", ".join(f"t.{n}" for n in NODE_COLUMNS)}))
@@ -527,8 +527,9 @@ def workflows_postgres(
     offset: int,
     limit: int,
 ) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """The newest workflows matching ``filters`` (column -> value, each an equality),
-    each with what its status reads of its task records: one round trip.
+    """Workflows newest first, each with what its status reads of its records: one round trip.
+
+    ``filters``: column -> value, each an equality (``id`` for one workflow).
     """
     where = "".join(f" AND f.{column} = %s" for column in filters)
     sql = (
