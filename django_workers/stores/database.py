@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Count, DateTimeField, F, Q, Value
 from django.db.models.functions import Greatest
 from django.utils import timezone
@@ -55,7 +56,7 @@ from django_workers.workflows.records import WorkflowInfo, info_of
 #: The columns a TaskInfo is built from, read with .values() (no model instances).
 COLUMNS = tuple(record_fields())
 #: The columns of a workflow row, read with .values().
-WORKFLOW_COLUMNS = tuple(f.attname for f in WorkflowRecord._meta.concrete_fields)
+WORKFLOW_COLUMNS = sql.WORKFLOW_COLUMNS
 #: Records deleted per transaction by retention cleanup on SQLite, whose only write
 #: lock every claim waits for.
 SQLITE_DELETE_CHUNK = 100
@@ -94,6 +95,14 @@ def _newest_page(found: Sequence[dict[str, Any]], offset: int, limit: int) -> li
     merged = {row["id"]: row for row in found}
     newest = sorted(merged.values(), key=lambda r: (r["created_at"], r["id"]), reverse=True)
     return newest[offset : offset + limit]
+
+
+def _workflow_infos_postgres(
+    connection: BaseDatabaseWrapper, filters: Mapping[str, str], offset: int, limit: int
+) -> list[WorkflowInfo]:
+    """``sql.workflows_postgres``'s workflows as snapshots."""
+    found = sql.workflows_postgres(connection, filters, offset, limit)
+    return [info_of(row, {r["id"]: rows.node_record(r) for r in records}) for row, records in found]
 
 
 class DatabaseWorkerStore(WorkerStore):
@@ -355,7 +364,7 @@ class DatabaseWorkerStore(WorkerStore):
         connection = connections[self.using]
         if connection.vendor == "postgresql":
             # One round trip, the row with its task records.
-            found = self._workflow_infos_postgres({"id": workflow_id}, 0, 1)
+            found = _workflow_infos_postgres(connection, {"id": workflow_id}, 0, 1)
             return found[0] if found else None
         row = self._flows().filter(pk=workflow_id).values(*WORKFLOW_COLUMNS).first()
         return None if row is None else self._workflow_infos([row])[0]
@@ -368,11 +377,15 @@ class DatabaseWorkerStore(WorkerStore):
         offset: int = 0,
         limit: int = 100,
     ) -> list[WorkflowInfo]:
-        if connections[self.using].vendor == "postgresql":
+        connection = connections[self.using]
+        if connection.vendor == "postgresql":
             # A user sees the workflows it owns, as ``visible_to`` says.
             filters = {"owner": user_id, "state": state}
-            return self._workflow_infos_postgres(
-                {name: value for name, value in filters.items() if value is not None}, offset, limit
+            return _workflow_infos_postgres(
+                connection,
+                {name: value for name, value in filters.items() if value is not None},
+                offset,
+                limit,
             )
         qs = self._flows().visible_to(user_id)
         if state is not None:
@@ -380,14 +393,6 @@ class DatabaseWorkerStore(WorkerStore):
         return self._workflow_infos(
             list(qs.newest_first().values(*WORKFLOW_COLUMNS)[offset : offset + limit])
         )
-
-    def _workflow_infos_postgres(
-        self, filters: Mapping[str, str], offset: int, limit: int
-    ) -> list[WorkflowInfo]:
-        found = sql.workflows_postgres(connections[self.using], filters, offset, limit)
-        return [
-            info_of(row, {r["id"]: rows.node_record(r) for r in records}) for row, records in found
-        ]
 
     def _workflow_infos(self, found: list[dict[str, Any]]) -> list[WorkflowInfo]:
         if not found:

@@ -508,7 +508,8 @@ def record_postgres(connection: BaseDatabaseWrapper, task_id: str) -> dict[str, 
 
 #: What a workflow's status reads of each of its task records, in this order.
 NODE_COLUMNS = ("id", "status", "result", "error", "cancel_reason")
-_WORKFLOW_FIELDS = [f.attname for f in WorkflowRecord._meta.concrete_fields]
+#: The columns of a workflow row, by attribute name.
+WORKFLOW_COLUMNS = tuple(f.attname for f in WorkflowRecord._meta.concrete_fields)
 _WORKFLOW_JSON = frozenset(
     f.attname for f in WorkflowRecord._meta.concrete_fields if f.get_internal_type() == "JSONField"
 )
@@ -541,7 +542,7 @@ def workflows_postgres(
         fetched = cursor.fetchall()
     found = []
     for values in fetched:
-        row = dict(zip(_WORKFLOW_FIELDS, values[:-1], strict=True))
+        row = dict(zip(WORKFLOW_COLUMNS, values[:-1], strict=True))
         for name in _WORKFLOW_JSON:
             if isinstance(row[name], str):
                 row[name] = json.loads(row[name])
