@@ -743,11 +743,11 @@ def _statements_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any | None]:
 
 
 #: For each Django connection to PostgreSQL: the psycopg connection it held when its
-#: kept cursor was made, and that cursor; ``_KEPT_BOUND`` likewise for ``bound=True``.
-_KEPT: weakref.WeakKeyDictionary[BaseDatabaseWrapper, tuple[Any, Any]] = weakref.WeakKeyDictionary()
-_KEPT_BOUND: weakref.WeakKeyDictionary[BaseDatabaseWrapper, tuple[Any, Any]] = (
-    weakref.WeakKeyDictionary()
-)
+#: kept cursor was made, that cursor, and the time zone it reads timestamps in;
+#: ``_KEPT_BOUND`` likewise for ``bound=True``.
+_Kept = tuple[Any, Any, Any]
+_KEPT: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Kept] = weakref.WeakKeyDictionary()
+_KEPT_BOUND: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Kept] = weakref.WeakKeyDictionary()
 
 
 @contextlib.contextmanager
@@ -758,7 +758,8 @@ def kept_cursor(connection: BaseDatabaseWrapper, *, bound: bool = False) -> Iter
     first statement: with Django's wrapper made and closed around it, a quarter of the
     client time of a single submit. The kept cursor is wrapped as Django wraps every
     cursor (the async and thread-sharing checks, query logging, execute wrappers,
-    error translation) and replaced once Django has reconnected. It keeps its last
+    error translation) and replaced once Django has reconnected or its time zone
+    setting changed (``USE_TZ``, the database's ``TIME_ZONE``). It keeps its last
     result (at most one claim's rows) until its next statement. Other databases
     get Django's usual cursor.
 
@@ -781,10 +782,11 @@ def kept_cursor(connection: BaseDatabaseWrapper, *, bound: bool = False) -> Iter
     bound = bound and not getattr(connection.features, "uses_server_side_binding", False)
     table = _KEPT_BOUND if bound else _KEPT
     kept = table.get(connection)
-    if kept is None or kept[0] is not raw or kept[1].closed:
+    zone = connection.timezone
+    if kept is None or kept[0] is not raw or kept[1].closed or kept[2] != zone:
         with connection.wrap_database_errors:
-            kept = (raw, _server_bound_cursor(raw) if bound else connection.create_cursor())
-        table[connection] = kept
+            cursor = _server_bound_cursor(connection) if bound else connection.create_cursor()
+        kept = table[connection] = (raw, cursor, zone)
     connection.validate_thread_sharing()
     if connection.queries_logged:
         yield connection.make_debug_cursor(kept[1])
@@ -792,11 +794,23 @@ def kept_cursor(connection: BaseDatabaseWrapper, *, bound: bool = False) -> Iter
         yield connection.make_cursor(kept[1])
 
 
-def _server_bound_cursor(raw: Any) -> Any:
-    """A psycopg cursor binding on the server, on the psycopg connection ``raw``."""
-    import psycopg
+def _server_bound_cursor(connection: BaseDatabaseWrapper) -> Any:
+    """A psycopg cursor binding on the server, reading timestamps as Django's cursors do.
 
-    return psycopg.Cursor(raw)
+    Django makes a connection read timestamps in its time zone (aware in UTC, or
+    naive without ``USE_TZ``) and, where a setting changed since it connected,
+    registers that zone on each new cursor; this cursor gets the same.
+    """
+    import psycopg
+    from django.db.backends.postgresql.psycopg_any import register_tzloader
+    from psycopg.pq import Format
+
+    raw = connection.connection
+    cursor = psycopg.Cursor(raw)
+    timestamptz = raw.adapters.types["timestamptz"].oid
+    if connection.timezone != raw.adapters.get_loader(timestamptz, Format.TEXT).timezone:
+        register_tzloader(connection.timezone, cursor)
+    return cursor
 
 
 @functools.cache

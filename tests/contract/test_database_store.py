@@ -162,6 +162,20 @@ def _drop_task_id_indexes() -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("use_tz", [True, False])
+def test_reads_give_datetimes_as_the_orm_does(settings: Any, use_tz: bool) -> None:
+    store = DatabaseWorkerStore()
+    task_id = submit_task("k", add, ALICE, args=[1, 2], store=store)
+    settings.USE_TZ = use_tz
+    by_orm = TaskRecord.objects.values("created_at", "run_after", "finished_at").get(pk=task_id)
+    for info in (store.get_task_info(task_id), *store.list_tasks(user_id="alice")):
+        assert info is not None
+        assert info.created_at == by_orm["created_at"]
+        assert info.created_at.tzinfo == by_orm["created_at"].tzinfo
+        assert (info.run_after, info.finished_at) == (None, None)
+
+
+@pytest.mark.django_db
 def test_watchers_keep_grant_order_whatever_plan_the_database_picks() -> None:
     if connection.vendor != "postgresql":
         pytest.skip("forcing an index-only plan needs PostgreSQL (DDL in the test transaction)")

@@ -48,8 +48,8 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         cursors.append(create(name))
         return cursors[-1]
 
-    def spy_bound(raw: Any) -> Any:
-        cursors.append(bound(raw))
+    def spy_bound(wrapper: Any) -> Any:
+        cursors.append(bound(wrapper))
         return cursors[-1]
 
     monkeypatch.setattr(connection, "create_cursor", spy)
