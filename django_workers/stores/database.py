@@ -97,11 +97,11 @@ def _newest_page(found: Sequence[dict[str, Any]], offset: int, limit: int) -> li
     return newest[offset : offset + limit]
 
 
-def _workflow_infos_postgres(
+def _workflow_infos_sql(
     connection: BaseDatabaseWrapper, filters: Mapping[str, str], offset: int, limit: int
 ) -> list[WorkflowInfo]:
-    """``sql.workflows_postgres``'s workflows as snapshots."""
-    found = sql.workflows_postgres(connection, filters, offset, limit)
+    """``sql.read_workflows``'s workflows as snapshots."""
+    found = sql.read_workflows(connection, filters, offset, limit)
     return [info_of(row, {r["id"]: rows.node_record(r) for r in records}) for row, records in found]
 
 
@@ -310,9 +310,9 @@ class DatabaseWorkerStore(WorkerStore):
 
     def get_task_info(self, task_id: str) -> TaskInfo | None:
         connection = connections[self.using]
-        if connection.vendor == "postgresql":
-            # One round trip, the row with its watchers.
-            found = sql.record_postgres(connection, task_id)
+        if connection.vendor in sql.ONE_STATEMENT_READS:
+            # One statement, the row with its watchers.
+            found = sql.read_record(connection, task_id)
             return None if found is None else rows.info_of(found, found["grants"])
         row = self._records().filter(pk=task_id).values(*COLUMNS).first()
         return None if row is None else rows.info_of(row, self._grants(task_id))
@@ -335,9 +335,9 @@ class DatabaseWorkerStore(WorkerStore):
             if value is not None
         }
         connection = connections[self.using]
-        if connection.vendor == "postgresql":
-            # One round trip, each row with its watchers.
-            found = sql.list_postgres(connection, user_id, filters, offset, limit)
+        if connection.vendor in sql.ONE_STATEMENT_READS:
+            # One statement, each row with its watchers.
+            found = sql.list_records(connection, user_id, filters, offset, limit)
             if user_id is not None:
                 found = _newest_page(found, offset, limit)
             return [rows.info_of(row, row["grants"]) for row in found]
@@ -362,9 +362,9 @@ class DatabaseWorkerStore(WorkerStore):
 
     def get_workflow(self, workflow_id: str) -> WorkflowInfo | None:
         connection = connections[self.using]
-        if connection.vendor == "postgresql":
-            # One round trip, the row with its task records.
-            found = _workflow_infos_postgres(connection, {"id": workflow_id}, 0, 1)
+        if connection.vendor in sql.ONE_STATEMENT_READS:
+            # One statement, the row with its task records.
+            found = _workflow_infos_sql(connection, {"id": workflow_id}, 0, 1)
             return found[0] if found else None
         row = self._flows().filter(pk=workflow_id).values(*WORKFLOW_COLUMNS).first()
         return None if row is None else self._workflow_infos([row])[0]
@@ -378,10 +378,10 @@ class DatabaseWorkerStore(WorkerStore):
         limit: int = 100,
     ) -> list[WorkflowInfo]:
         connection = connections[self.using]
-        if connection.vendor == "postgresql":
+        if connection.vendor in sql.ONE_STATEMENT_READS:
             # A user sees the workflows it owns, as ``visible_to`` says.
             filters = {"owner": user_id, "state": state}
-            return _workflow_infos_postgres(
+            return _workflow_infos_sql(
                 connection,
                 {name: value for name, value in filters.items() if value is not None},
                 offset,

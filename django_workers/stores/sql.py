@@ -12,10 +12,11 @@ where it pays:
   each row still fenced on its run id, worker and RUNNING status;
 - a workflow's new state and the promotions it makes, on PostgreSQL in one
   statement;
-- reading tasks on PostgreSQL: one task, or a user's own and watched tasks,
-  with their watchers in one round trip, where the ORM took two or three
-  queries and most of the time building them; workflows likewise, each with
-  what its status shows of its task records.
+- reading tasks on PostgreSQL and SQLite: one task, or a user's own and
+  watched tasks, with their watchers in one statement, where the ORM took two
+  or three queries and most of the time building them and converting their
+  rows; workflows likewise, each with what its status shows of its task
+  records.
 
 Every statement keeps the precondition in its WHERE clause; nothing is
 decided in Python between a read and a write.
@@ -462,6 +463,17 @@ _RECORD_SELECT = f"""{", ".join(f"t.{c}" for c in _COLUMNS)},
             )"""
 #: What a claim returns of each row it took.
 _CLAIM_RETURNING = f"RETURNING {_RECORD_SELECT}"
+#: The vendors whose reads of tasks and workflows are one statement of this module's;
+#: the others read through the ORM (two or three queries).
+ONE_STATEMENT_READS = frozenset({"postgresql", "sqlite"})
+#: The same select on SQLite, whose watchers come as a JSON array of [grant id, user id]
+#: pairs: its aggregates keep no order before SQLite 3.44, so ``_records`` sorts them.
+_RECORD_SELECT_SQLITE = f"""{", ".join(f"t.{c}" for c in _COLUMNS)},
+            (
+                SELECT json_group_array(json_array(w.id, w.user_id))
+                FROM {TaskWatcher._meta.db_table} w WHERE w.task_id = t.id
+            )"""
+_DATETIME_AT = [i for i, name in enumerate(_FIELDS) if name in DATETIME_COLUMNS]
 
 
 def _ordered_claim(queues: Sequence[str] | None) -> str:
@@ -480,29 +492,58 @@ def _ordered_claim(queues: Sequence[str] | None) -> str:
     return "SELECT set_config('enable_sort', 'off', true);\n"
 
 
-def _records(fetched: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-    """Rows of ``_RECORD_SELECT`` as records, their watchers under ``grants``."""
+def _records(
+    fetched: Sequence[Sequence[Any]], convert: Callable[[Any], Any] | None = None
+) -> list[dict[str, Any]]:
+    """Rows of ``_RECORD_SELECT`` (or ``_RECORD_SELECT_SQLITE``) as records.
+
+    Their watchers go under ``grants``; ``convert``, where the driver's datetimes
+    are not what the ORM returns, converts each datetime column.
+    """
     records = []
     for values in fetched:
+        if convert is not None:
+            values = list(values)
+            for at in _DATETIME_AT:
+                values[at] = convert(values[at])
         record = dict(zip(_FIELDS, values[:-1], strict=True))
         for name in JSON_COLUMNS:
             text = record[name]
             if isinstance(text, str):
                 # Most records hold empty args, kwargs and errors: no parser needed for those.
                 record[name] = [] if text == "[]" else {} if text == "{}" else json.loads(text)
-        record["grants"] = list(values[-1])
+        grants = values[-1]
+        if isinstance(grants, str):
+            grants = [user_id for _grant, user_id in sorted(json.loads(grants))]
+        record["grants"] = list(grants)
         records.append(record)
     return records
 
 
-def record_postgres(connection: BaseDatabaseWrapper, task_id: str) -> dict[str, Any] | None:
-    """One record with its watchers under ``grants``, or None: one round trip."""
+def _sqlite_datetimes(connection: BaseDatabaseWrapper) -> Callable[[Any], Any] | None:
+    """Django's conversion of SQLite's datetime columns, as the ORM makes it; None elsewhere.
+
+    SQLite gives text (or, for a plain column, a naive datetime); with ``USE_TZ`` the ORM
+    makes it aware in the connection's time zone.
+    """
+    if connection.vendor != "sqlite":
+        return None
+    convert = connection.ops.convert_datetimefield_value  # type: ignore[attr-defined]
+    return lambda value: convert(value, None, connection)
+
+
+def _record_select(connection: BaseDatabaseWrapper) -> str:
+    return _RECORD_SELECT_SQLITE if connection.vendor == "sqlite" else _RECORD_SELECT
+
+
+def read_record(connection: BaseDatabaseWrapper, task_id: str) -> dict[str, Any] | None:
+    """One record with its watchers under ``grants``, or None: one statement."""
+    select = _record_select(connection)
     with kept_cursor(connection, bound=True) as cursor:
         cursor.execute(
-            f"SELECT {_RECORD_SELECT} FROM {TaskRecord._meta.db_table} t WHERE t.id = %s",
-            [task_id],
+            f"SELECT {select} FROM {TaskRecord._meta.db_table} t WHERE t.id = %s", [task_id]
         )
-        found = _records(cursor.fetchall())
+        found = _records(cursor.fetchall(), _sqlite_datetimes(connection))
     return found[0] if found else None
 
 
@@ -513,28 +554,48 @@ WORKFLOW_COLUMNS = tuple(f.attname for f in WorkflowRecord._meta.concrete_fields
 _WORKFLOW_JSON = frozenset(
     f.attname for f in WorkflowRecord._meta.concrete_fields if f.get_internal_type() == "JSONField"
 )
+_WORKFLOW_DATETIMES = frozenset(
+    f.attname
+    for f in WorkflowRecord._meta.concrete_fields
+    if f.get_internal_type() == "DateTimeField"
+)
+_WORKFLOW_BOOLEANS = frozenset(
+    f.attname
+    for f in WorkflowRecord._meta.concrete_fields
+    if f.get_internal_type() == "BooleanField"
+)
+_WORKFLOW_COLUMNS_SQL = ", ".join(f"f.{f.column}" for f in WorkflowRecord._meta.concrete_fields)
 #: A workflow row (the table as ``f``): its columns, then its task records' ``NODE_COLUMNS``
-#: as one JSON array of arrays (``workflows_postgres`` decodes it).
-_WORKFLOW_SELECT = f"""{", ".join(f"f.{f.column}" for f in WorkflowRecord._meta.concrete_fields)},
+#: as one JSON array of arrays (``read_workflows`` decodes it).
+_WORKFLOW_SELECT = f"""{_WORKFLOW_COLUMNS_SQL},
             (
                 SELECT json_agg(json_build_array({", ".join(f"t.{n}" for n in NODE_COLUMNS)}))
                 FROM {TaskRecord._meta.db_table} t WHERE t.workflow = f.id
             )"""
+_SQLITE_NODE = ", ".join(f"json(t.{n})" if n in JSON_COLUMNS else f"t.{n}" for n in NODE_COLUMNS)
+#: The same on SQLite, whose JSON columns are text (``json()`` nests them as JSON).
+_WORKFLOW_SELECT_SQLITE = f"""{_WORKFLOW_COLUMNS_SQL},
+            (
+                SELECT json_group_array(json_array({_SQLITE_NODE}))
+                FROM {TaskRecord._meta.db_table} t WHERE t.workflow = f.id
+            )"""
 
 
-def workflows_postgres(
+def read_workflows(
     connection: BaseDatabaseWrapper,
     filters: Mapping[str, str],
     offset: int,
     limit: int,
 ) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
-    """Workflows newest first, each with what its status reads of its records: one round trip.
+    """Workflows newest first, each with what its status reads of its records: one statement.
 
     ``filters``: column -> value, each an equality (``id`` for one workflow).
     """
+    convert = _sqlite_datetimes(connection)
     where = "".join(f" AND f.{column} = %s" for column in filters)
     sql = (
-        f"SELECT {_WORKFLOW_SELECT} FROM {WorkflowRecord._meta.db_table} f WHERE TRUE{where}"
+        f"SELECT {_WORKFLOW_SELECT if convert is None else _WORKFLOW_SELECT_SQLITE}"
+        f" FROM {WorkflowRecord._meta.db_table} f WHERE TRUE{where}"
         " ORDER BY f.created_at DESC, f.id DESC LIMIT %s OFFSET %s"
     )
     with kept_cursor(connection, bound=True) as cursor:
@@ -546,6 +607,12 @@ def workflows_postgres(
         for name in _WORKFLOW_JSON:
             if isinstance(row[name], str):
                 row[name] = json.loads(row[name])
+        if convert is not None:  # SQLite's integers and text, as the ORM gives them
+            for name in _WORKFLOW_DATETIMES:
+                row[name] = convert(row[name])
+            for name in _WORKFLOW_BOOLEANS:
+                if row[name] is not None:
+                    row[name] = bool(row[name])
         records = values[-1]
         if isinstance(records, str):
             records = json.loads(records)
@@ -553,14 +620,14 @@ def workflows_postgres(
     return found
 
 
-def list_postgres(
+def list_records(
     connection: BaseDatabaseWrapper,
     user_id: str | None,
     filters: Mapping[str, str],
     offset: int,
     limit: int,
 ) -> list[dict[str, Any]]:
-    """The newest records, each with its watchers under ``grants``: one round trip.
+    """The newest records, each with its watchers under ``grants``: one statement.
 
     ``filters``: column -> value, each an equality. For a user (``user_id``), the
     records it owns and the ones it watches are read apart, each newest first
@@ -568,24 +635,29 @@ def list_postgres(
     = u OR watched" would walk the whole table newest first to fill a page); the
     caller merges them. Else every record, that page of them.
     """
+    select = _record_select(connection)
     table = TaskRecord._meta.db_table
     where = "".join(f" AND t.{column} = %s" for column in filters)
     values = list(filters.values())
     order = "ORDER BY t.created_at DESC, t.id DESC"
     if user_id is None:
-        sql = f"SELECT {_RECORD_SELECT} FROM {table} t WHERE TRUE{where} {order} LIMIT %s OFFSET %s"
+        sql = f"SELECT {select} FROM {table} t WHERE TRUE{where} {order} LIMIT %s OFFSET %s"
         params = [*values, limit, offset]
     else:
-        sql = (
-            f"(SELECT {_RECORD_SELECT} FROM {table} t WHERE t.owner = %s{where} {order} LIMIT %s)"
-            f" UNION ALL (SELECT {_RECORD_SELECT} FROM {table} t"
-            f" JOIN {TaskWatcher._meta.db_table} v ON v.task_id = t.id"
-            f" WHERE v.user_id = %s{where} {order} LIMIT %s)"
+        owned = f"SELECT {select} FROM {table} t WHERE t.owner = %s{where} {order} LIMIT %s"
+        watched = (
+            f"SELECT {select} FROM {table} t JOIN {TaskWatcher._meta.db_table} v"
+            f" ON v.task_id = t.id WHERE v.user_id = %s{where} {order} LIMIT %s"
         )
+        # SQLite takes no parenthesised arm of a UNION; PostgreSQL 15 no unnamed subquery.
+        if connection.vendor == "sqlite":
+            sql = f"SELECT * FROM ({owned}) UNION ALL SELECT * FROM ({watched})"
+        else:
+            sql = f"({owned}) UNION ALL ({watched})"
         params = [user_id, *values, offset + limit, user_id, *values, offset + limit]
     with kept_cursor(connection, bound=True) as cursor:
         cursor.execute(sql, params)
-        return _records(cursor.fetchall())
+        return _records(cursor.fetchall(), _sqlite_datetimes(connection))
 
 
 def finish_postgres(
