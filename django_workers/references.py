@@ -99,24 +99,54 @@ def to_json(value: Any, what: str) -> Any:
 
 def to_sized_json(value: Any, what: str) -> tuple[Any, int]:
     """``to_json``, and the bytes of the JSON it produced (ASCII: one byte a character)."""
+    loaded, text = to_json_text(value, what)
+    return loaded, len(text)
+
+
+#: One encoder for every call (its settings never change; each encode keeps its own state).
+_ENCODER = DjangoJSONEncoder(allow_nan=False)
+
+
+def to_json_text(value: Any, what: str) -> tuple[Any, str]:
+    """``to_json``, and the JSON text it produced: what a writer stores, ASCII only."""
     if value is None:  # what most tasks return
-        return None, 4
+        return None, "null"
     try:
-        text = json.dumps(value, cls=DjangoJSONEncoder, allow_nan=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as e:
         raise ArgumentsNotSerializable(
             f"{what} must be JSON-serializable (Django's DjangoJSONEncoder range: str, numbers, "
             f"bool, None, lists, dicts with string keys, dates, UUIDs, Decimals): {e}. Pass ids "
             "or plain data instead of objects."
         ) from e
-    loaded = json.loads(text)
+    loaded = _flat_copy(value)
+    if loaded is None:
+        loaded = json.loads(text)
     # The substring test is cheap; the walk rules out an escaped backslash before "u0000".
     if "\\u0000" in text and _has_nul(loaded):
         raise ArgumentsNotSerializable(
             f"{what} contains a NUL character (\\u0000), which PostgreSQL cannot store in "
             "JSON; remove it or encode the data (e.g. base64) first."
         )
-    return loaded, len(text)
+    return loaded, text
+
+
+#: The types JSON gives back as they went in (exactly these: a subclass may encode otherwise).
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _flat_copy(value: Any) -> list[Any] | dict[str, Any] | None:
+    """What a list, or a dict with string keys, of JSON scalars alone reads back as: a copy.
+
+    None for anything else, whose JSON must be parsed to know.
+    """
+    if type(value) is list and all(type(item) in _SCALARS for item in value):
+        return list(value)
+    if type(value) is dict and all(
+        type(k) is str and type(v) in _SCALARS for k, v in value.items()
+    ):
+        return dict(value)
+    return None
 
 
 def _has_nul(value: Any) -> bool:

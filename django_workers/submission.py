@@ -38,7 +38,7 @@ from django_workers.exceptions import (
     InvalidTaskOptions,
 )
 from django_workers.options import TaskOptions
-from django_workers.references import TaskRef, task_path, to_sized_json
+from django_workers.references import TaskRef, task_path, to_json_text
 from django_workers.stores import NewTask, Submitted, WorkerStore
 
 DEFAULT_QUEUE = "default"
@@ -145,7 +145,7 @@ class _Alike:
         created_at: datetime,
     ) -> NewTask:
         task_id = scoped(spec.key)
-        args, kwargs = _check_arguments(spec, self.max_bytes)
+        arguments = _check_arguments(spec, self.max_bytes)
         watchers = spec.watchers
         return NewTask(
             id=task_id,
@@ -153,8 +153,8 @@ class _Alike:
             owner=first.owner,
             scope=first.scope,
             task_path=first.task_path,
-            args=args,
-            kwargs=kwargs,
+            args=arguments[0],
+            kwargs=arguments[1],
             queue=first.queue,
             priority=first.priority,
             run_after=first.run_after,
@@ -162,6 +162,7 @@ class _Alike:
             run_id=run_id,
             created_at=created_at,
             watchers=self.alone if watchers == () else _watcher_ids(self.authority, watchers),
+            arguments_json=arguments,
         )
 
 
@@ -201,15 +202,15 @@ def build_task(
     run_after = (
         spec.run_after if spec.run_after is not None else getattr(django_task, "run_after", None)
     )
-    args, kwargs = _check_arguments(spec, workers_settings.ARGS_MAX_BYTES)
+    arguments = _check_arguments(spec, workers_settings.ARGS_MAX_BYTES)
     return NewTask(
         id=task_id,
         key=spec.key,
         owner=user_id_of(authority) if spec.scope == "user" else None,
         scope=spec.scope,
         task_path=path,
-        args=args,
-        kwargs=kwargs,
+        args=arguments[0],
+        kwargs=arguments[1],
         queue=queue,
         priority=_check_priority(priority),
         run_after=_check_run_after(run_after),
@@ -217,6 +218,7 @@ def build_task(
         run_id=run_id or new_run_id(),
         created_at=created_at or clock.now(),
         watchers=_watcher_ids(authority, spec.watchers),
+        arguments_json=arguments,
     )
 
 
@@ -323,22 +325,20 @@ def _check_run_after(run_after: object) -> datetime | None:
     return run_after
 
 
-def _check_args(args: object) -> tuple[list[Any], int]:
+def _check_args(args: object) -> tuple[list[Any], str]:
     if type(args) in (list, tuple) and not args:
-        return [], 2
+        return [], "[]"
     if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence):
         raise InvalidTaskOptions(f"args must be a list or tuple, got {type(args).__name__}.")
-    loaded, size = to_sized_json(list(args), "Task args")
-    return loaded, size
+    return to_json_text(list(args), "Task args")
 
 
-def _check_kwargs(kwargs: object) -> tuple[dict[str, Any], int]:
+def _check_kwargs(kwargs: object) -> tuple[dict[str, Any], str]:
     if kwargs is None:
-        return {}, 2
+        return {}, "{}"
     if not isinstance(kwargs, Mapping) or not all(isinstance(k, str) for k in kwargs):
         raise InvalidTaskOptions("kwargs must be a dict with string keys.")
-    loaded, size = to_sized_json(dict(kwargs), "Task kwargs")
-    return loaded, size
+    return to_json_text(dict(kwargs), "Task kwargs")
 
 
 def _check_size(size: int, limit: int | None = None) -> None:
@@ -347,12 +347,14 @@ def _check_size(size: int, limit: int | None = None) -> None:
         raise ArgumentsTooLarge(size, limit)
 
 
-def _check_arguments(spec: TaskSubmission, limit: int) -> tuple[list[Any], dict[str, Any]]:
-    """A submission's args and kwargs as stored, within ``limit`` bytes of JSON together."""
-    args, args_size = _check_args(spec.args)
-    kwargs, kwargs_size = _check_kwargs(spec.kwargs)
-    _check_size(args_size + kwargs_size, limit)
-    return args, kwargs
+def _check_arguments(
+    spec: TaskSubmission, limit: int
+) -> tuple[list[Any], dict[str, Any], str, str]:
+    """A submission's args and kwargs as stored, and as JSON text, within ``limit`` bytes."""
+    args, args_text = _check_args(spec.args)
+    kwargs, kwargs_text = _check_kwargs(spec.kwargs)
+    _check_size(len(args_text) + len(kwargs_text), limit)
+    return args, kwargs, args_text, kwargs_text
 
 
 def _watcher_ids(authority: Authority, watchers: Sequence[Owner]) -> tuple[str, ...]:

@@ -14,6 +14,7 @@ runs against both.
 from __future__ import annotations
 
 import abc
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -89,6 +90,22 @@ class NewTask:
     status: TaskStatus = TaskStatus.PENDING
     workflow: str | None = None
     node: str | None = None
+    # ``(args, kwargs, args as JSON text, kwargs as JSON text)`` as the submission's check
+    # encoded them: a writer that sends JSON as text takes the text while ``args`` and
+    # ``kwargs`` are still those objects, instead of encoding them again.
+    arguments_json: tuple[Any, Any, str, str] | None = field(
+        default=None, compare=False, repr=False
+    )
+
+    def arguments_text(self) -> tuple[str, str]:
+        """``args`` and ``kwargs`` as JSON text."""
+        known = self.arguments_json
+        if known is not None and known[0] is self.args and known[1] is self.kwargs:
+            return known[2], known[3]
+        return (
+            json.dumps(self.args) if self.args else "[]",
+            json.dumps(self.kwargs) if self.kwargs else "{}",
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -90,8 +90,7 @@ def _copy_rows(news: Sequence[NewTask]) -> Iterator[list[Any]]:
     shared_text = "{}"
     for new in news:
         values = [*_bound_of(new), *_COPY_FRESH]
-        values[_COPY_ARGS] = _dumps(new.args) if new.args else "[]"
-        values[_COPY_KWARGS] = _dumps(new.kwargs) if new.kwargs else "{}"
+        values[_COPY_ARGS], values[_COPY_KWARGS] = new.arguments_text()
         if new.options is not shared:
             shared = new.options
             shared_text = _dumps(shared) if shared else "{}"

@@ -462,7 +462,7 @@ def _check_call(
     kwargs = _attempt(problems, where, _check_kwargs, call.kwargs)
     if args is None or kwargs is None:
         return None
-    fits = _attempt(problems, where, _fits, args[1] + kwargs[1])
+    fits = _attempt(problems, where, _fits, len(args[1]) + len(kwargs[1]))
     if path is None or queue is None or not fits:
         return None
     return path, args[0], kwargs[0], queue

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import threading
+from dataclasses import replace
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -229,6 +231,28 @@ def test_a_task_submitted_alone_has_the_fresh_columns_of_any_new_record(
     stored = TaskRecord.objects.filter(pk=task_id).values(*fresh).get()
     new = build_task(TaskSubmission(key="k2", task=add), ALICE, db_store)
     assert stored == {name: rows.row_of(new)[name] for name in fresh}
+
+
+def test_a_batch_stores_its_arguments_as_checked_or_as_they_were_replaced(
+    db_store: DatabaseWorkerStore,
+) -> None:
+    # The batch COPY sends the JSON text the check made, while the record still holds the
+    # values it was made from.
+    specs = [
+        TaskSubmission(key=f"k{n}", task=add, args=(Decimal("1.10"), n), kwargs={"n": n})
+        for n in range(sql.COPY_MIN_ROWS)
+    ]
+    batch = build_tasks(specs, ALICE, db_store)
+    batch[0] = replace(batch[0], args=["replaced"])
+    batch[1] = replace(batch[1], kwargs={})
+    sql.insert_records(connection, batch)
+    stored = {
+        key: (args, kwargs)
+        for key, args, kwargs in TaskRecord.objects.values_list("key", "args", "kwargs")
+    }
+    assert stored["k0"] == (["replaced"], {"n": 0})
+    assert stored["k1"] == (["1.10", 1], {})
+    assert stored["k2"] == (["1.10", 2], {"n": 2})
 
 
 def test_a_task_submitted_alone_is_stored_as_the_insert_of_a_batch_stores_it(
