@@ -113,8 +113,20 @@ def enqueue_single(count: int, authority: str = "system", atomic: bool = False) 
     return {"count": count, "seconds": seconds, "per_second": count / seconds}
 
 
-def enqueue_bulk(count: int, batch: int) -> dict[str, Any]:
-    """``submit_tasks`` of ``count`` tasks in batches of ``batch`` (building them included)."""
+def _bulk_task(key: str, n: int, arguments: bool) -> TaskSubmission:
+    """One task of the bulk figures; with ``arguments``, args and kwargs as real tasks pass."""
+    if not arguments:
+        return TaskSubmission(key=key, task=noop, scope="global")
+    return TaskSubmission(
+        key=key, task=noop, scope="global", args=[n, f"user-{n}"], kwargs={"mode": "fast"}
+    )
+
+
+def enqueue_bulk(count: int, batch: int, arguments: bool = False) -> dict[str, Any]:
+    """``submit_tasks`` of ``count`` tasks in batches of ``batch`` (building them included).
+
+    ``arguments``: each task with two args and a kwarg (the figure's tasks take none).
+    """
     reset()
     run = uuid.uuid4().hex[:8]
     submit_tasks([TaskSubmission(key=f"warm-{run}", task=noop, scope="global")], SYSTEM)
@@ -124,7 +136,7 @@ def enqueue_bulk(count: int, batch: int) -> dict[str, Any]:
         first = batches[n]
         submit_tasks(
             [
-                TaskSubmission(key=_key(f"bulk-{run}", i), task=noop, scope="global")
+                _bulk_task(_key(f"bulk-{run}", i), i, arguments)
                 for i in range(first, min(first + batch, count))
             ],
             SYSTEM,
@@ -134,7 +146,7 @@ def enqueue_bulk(count: int, batch: int) -> dict[str, Any]:
     return {"count": count, "seconds": answer["seconds"], "per_second": count / answer["seconds"]}
 
 
-def copy_raw(count: int, batch: int) -> dict[str, Any]:
+def copy_raw(count: int, batch: int, arguments: bool = False) -> dict[str, Any]:
     """The bulk figure's reference: the rows ``submit_tasks`` would write, by a bare COPY.
 
     The rows are built before the clock starts (the same keys, task, queue and
@@ -151,13 +163,7 @@ def copy_raw(count: int, batch: int) -> dict[str, Any]:
     run = uuid.uuid4().hex[:8]
     table = "django_workers_taskrecord"
     records = [
-        rows.row_of(
-            build_task(
-                TaskSubmission(key=_key(f"copy-{run}", i), task=noop, scope="global"),
-                SYSTEM,
-                _store(),
-            )
-        )
+        rows.row_of(build_task(_bulk_task(_key(f"copy-{run}", i), i, arguments), SYSTEM, _store()))
         for i in range(count)
     ]
     values = [
