@@ -14,7 +14,6 @@ runs against both.
 from __future__ import annotations
 
 import abc
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -96,16 +95,6 @@ class NewTask:
     arguments_json: tuple[Any, Any, str, str] | None = field(
         default=None, compare=False, repr=False
     )
-
-    def arguments_text(self) -> tuple[str, str]:
-        """``args`` and ``kwargs`` as JSON text."""
-        known = self.arguments_json
-        if known is not None and known[0] is self.args and known[1] is self.kwargs:
-            return known[2], known[3]
-        return (
-            json.dumps(self.args) if self.args else "[]",
-            json.dumps(self.kwargs) if self.kwargs else "{}",
-        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

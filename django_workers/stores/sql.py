@@ -90,7 +90,7 @@ def _copy_rows(news: Sequence[NewTask]) -> Iterator[list[Any]]:
     shared_text = "{}"
     for new in news:
         values = [*_bound_of(new), *_COPY_FRESH]
-        values[_COPY_ARGS], values[_COPY_KWARGS] = new.arguments_text()
+        values[_COPY_ARGS], values[_COPY_KWARGS] = _arguments_text(new)
         if new.options is not shared:
             shared = new.options
             shared_text = _dumps(shared) if shared else "{}"
@@ -200,6 +200,14 @@ def _json_text(value: Any, shared: bool) -> str:
     # The entry holds the value, so its id cannot be reused while the entry exists.
     _SHARED_JSON[id(value)] = (value, text)
     return text
+
+
+def _arguments_text(new: NewTask) -> tuple[str, str]:
+    """A record's args and kwargs as JSON text: as its check encoded them, while still those."""
+    known = new.arguments_json
+    if known is not None and known[0] is new.args and known[1] is new.kwargs:
+        return known[2], known[3]
+    return _json_text(new.args, shared=False), _json_text(new.kwargs, shared=False)
 
 
 def insert_if_new(connection: BaseDatabaseWrapper, record: Mapping[str, Any]) -> bool:
@@ -453,9 +461,10 @@ def _queue_params(queues: Sequence[str] | None) -> list[Any]:
     return [queues[0] if len(queues) == 1 else list(queues)]
 
 
+_RECORD_COLUMNS_SQL = ", ".join(f"t.{c}" for c in _COLUMNS)
 #: A record as the claims and the reads of tasks select it (the table as ``t``): its
 #: columns, then its watchers (``_records`` decodes it).
-_RECORD_SELECT = f"""{", ".join(f"t.{c}" for c in _COLUMNS)},
+_RECORD_SELECT = f"""{_RECORD_COLUMNS_SQL},
             ARRAY(
                 SELECT w.user_id FROM {TaskWatcher._meta.db_table} w
                 WHERE w.task_id = t.id ORDER BY w.id
@@ -467,7 +476,7 @@ _CLAIM_RETURNING = f"RETURNING {_RECORD_SELECT}"
 ONE_STATEMENT_READS = frozenset({"postgresql", "sqlite"})
 #: The same select on SQLite, whose watchers come as a JSON array of [grant id, user id]
 #: pairs: its aggregates keep no order before SQLite 3.44, so ``_records`` sorts them.
-_RECORD_SELECT_SQLITE = f"""{", ".join(f"t.{c}" for c in _COLUMNS)},
+_RECORD_SELECT_SQLITE = f"""{_RECORD_COLUMNS_SQL},
             (
                 SELECT json_group_array(json_array(w.id, w.user_id))
                 FROM {TaskWatcher._meta.db_table} w WHERE w.task_id = t.id
@@ -558,11 +567,6 @@ _WORKFLOW_DATETIMES = frozenset(
     for f in WorkflowRecord._meta.concrete_fields
     if f.get_internal_type() == "DateTimeField"
 )
-_WORKFLOW_BOOLEANS = frozenset(
-    f.attname
-    for f in WorkflowRecord._meta.concrete_fields
-    if f.get_internal_type() == "BooleanField"
-)
 _WORKFLOW_COLUMNS_SQL = ", ".join(f"f.{f.column}" for f in WorkflowRecord._meta.concrete_fields)
 #: A workflow row (the table as ``f``): its columns, then its task records' ``NODE_COLUMNS``
 #: as one JSON array of arrays (``read_workflows`` decodes it).
@@ -606,12 +610,9 @@ def read_workflows(
         for name in _WORKFLOW_JSON:
             if isinstance(row[name], str):
                 row[name] = json.loads(row[name])
-        if convert is not None:  # SQLite's integers and text, as the ORM gives them
+        if convert is not None:  # SQLite's naive datetimes, made aware as the ORM makes them
             for name in _WORKFLOW_DATETIMES:
                 row[name] = convert(row[name])
-            for name in _WORKFLOW_BOOLEANS:
-                if row[name] is not None:
-                    row[name] = bool(row[name])
         records = values[-1]
         if isinstance(records, str):
             records = json.loads(records)

@@ -436,6 +436,9 @@ def test_a_workflow_status_reads_as_the_orm_does_in_one_query(
     with django_assert_num_queries(1 if ONE_STATEMENT else 2):
         info = store.get_workflow(handle.id)
     assert info == by_orm
+    # Equal and of the same types: 0 == False, and naive == aware is simply False.
+    assert (type(info.fail_fast), type(info.undo_on_cancel)) == (bool, bool)  # type: ignore[union-attr]
+    assert info.created_at.tzinfo == by_orm.created_at.tzinfo  # type: ignore[union-attr]
     # States come from the workflow row (its machine's view), reasons from the records.
     assert [(n.name, n.reason) for n in info.nodes] == [  # type: ignore[union-attr]
         ("first", None),
