@@ -12,8 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 
-from django_workers import checks
+from django_workers import checks, local_wake
 from tests.worker_processes import ROOT, process_env
 
 pytestmark = pytest.mark.integration
@@ -109,6 +110,22 @@ def test_runworkers_shows_the_sqlite_warning_at_start(monkeypatch: pytest.Monkey
     out, err = io.StringIO(), io.StringIO()
     call_command("runworkers", "--burst", skip_checks=False, stdout=out, stderr=err)
     assert "django_workers.W001" in err.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runworkers_says_how_an_idle_worker_learns_of_new_work() -> None:
+    out = io.StringIO()
+    command = ["runworkers", "--burst", "--poll-interval", "0.5"]
+    call_command(*command, stdout=out, stderr=io.StringIO())
+    lines = [line.strip() for line in out.getvalue().splitlines()]
+    wake_up = next(line for line in lines if line.startswith("wake-up:")).split(None, 1)[1]
+    if connection.vendor == "postgresql":
+        assert wake_up == "LISTEN/NOTIFY"
+    elif connection.vendor == "sqlite":
+        folder = local_wake.wake_dir(connection.settings_dict["NAME"])
+        assert wake_up == f"same-host socket in {folder}, polling every 0.5 s as fallback"
+    else:
+        assert wake_up == "polling every 0.5 s"
 
 
 def test_migrate_creates_the_tables_that_runworkers_asks_for(tmp_path: Path) -> None:

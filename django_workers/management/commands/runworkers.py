@@ -20,8 +20,9 @@ from django.core.management.base import (
 from django.db import DatabaseError, connections
 
 import django_workers
+from django_workers import local_wake
 from django_workers.checks import missing_tables, workers_databases
-from django_workers.conf import queue_limits
+from django_workers.conf import queue_limits, workers_settings
 from django_workers.management.arguments import positive_int, queue_list, seconds
 from django_workers.runtime.process import build_runtime, configure_logging, install_signal_handlers
 from django_workers.stores import default_store
@@ -152,10 +153,22 @@ class Command(BaseCommand):
             + (f", alias {alias!r})" if alias else ")"),
             f"  queues:      {queues}",
             f"  concurrency: {options['concurrency']} threads x {options['processes']} processes",
-            f"  wake-up:     {'LISTEN/NOTIFY' if vendor == 'postgresql' else 'polling'}",
+            f"  wake-up:     {_wake_up(store, options['poll_interval'])}",
         ]
         if limits:
             lines.append(f"  limits:      {', '.join(f'{q}={n}' for q, n in limits.items())}")
         if options["burst"]:
             lines.append("  mode:        burst (exits when nothing is left)")
         self.stdout.write("\n".join(lines))
+
+
+def _wake_up(store: Any, poll_interval: float | None) -> str:
+    """How an idle worker of this store learns of new work, as the runtime will set it up."""
+    if poll_interval is None:
+        poll_interval = workers_settings.POLL_INTERVAL
+    if store.listen_params() is not None:
+        return "LISTEN/NOTIFY"
+    if (wake_file := store.wake_file()) is not None:
+        folder = local_wake.wake_dir(wake_file)
+        return f"same-host socket in {folder}, polling every {poll_interval:g} s as fallback"
+    return f"polling every {poll_interval:g} s"
