@@ -1,4 +1,4 @@
-"""The reporter thread: calls made in order, gathered between wake-ups, all made at stop."""
+"""The reporter thread: calls made in order, a failing one skipped, a stop ending its pause."""
 
 from __future__ import annotations
 
