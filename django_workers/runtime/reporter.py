@@ -9,8 +9,9 @@ signals sent, only after the ends are stored.
 The reporter takes what was queued in one go, then waits ``GATHER`` seconds
 before its next wake-up: a busy worker ends a batch of runs every few hundred
 microseconds, and a thread woken for each batch took the interpreter lock
-from the claim loop and the end writer as often (about 7% of a one-process
-drain of no-op tasks). A line is therefore at most ``GATHER`` late.
+from the claim loop and the end writer as often (about a tenth of the time
+of a one-process drain of no-op tasks). A line is therefore at most
+``GATHER`` late.
 """
 
 from __future__ import annotations
