@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from django_workers import clock
-from django_workers.models import TaskRecord
+from django_workers.models import TaskRecord, TaskWatcher
 from django_workers.stores.database import DatabaseWorkerStore
 from tests.factories import NewTaskFactory
 
@@ -94,6 +94,49 @@ def test_sqlite_claims_through_the_partial_index_with_bound_parameters() -> None
         plan = " ".join(str(row[-1]) for row in cursor.fetchall())
     assert "workers_task_pending" in plan
     assert "TEMP B-TREE" not in plan  # the index's order is the claim's
+
+
+def plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """A JSON plan node and every node under it."""
+    return [node, *(n for child in node.get("Plans", []) for n in plan_nodes(child))]
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's claim, sorting off")
+def test_a_claim_reads_the_watchers_of_its_rows_only() -> None:
+    store = DatabaseWorkerStore()
+    for _ in range(3):
+        store.submit(NewTaskFactory(global_scope=True, watchers=("alice",)), None)
+    watchers = TaskWatcher._meta.db_table
+    with connection.cursor() as cursor:
+        # Many watchers, as on a site that shares its tasks.
+        cursor.execute(
+            f"INSERT INTO {watchers} (task_id, user_id) SELECT id, 'u' || n "
+            f"FROM {TABLE}, generate_series(1, 5000) AS n"
+        )
+        cursor.execute(f"ANALYZE {watchers}")
+    seen: list[tuple[str, Any]] = []
+
+    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        claimed = store.claim("w1", None, 2, clock.now())
+    # In the order they were granted ("u10" comes after "u9").
+    assert [info.watchers for info in claimed] == [
+        ("alice", *(f"u{n}" for n in range(1, 5001)))
+    ] * 2
+    sql, params = next((s, p) for s, p in seen if "FOR UPDATE SKIP LOCKED" in s)
+    with connection.cursor() as cursor:
+        # As in a claim outside a transaction: sorting off (for the claim index's order).
+        cursor.execute("SELECT set_config('enable_sort', 'off', true)")
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0][0]["Plan"]
+    reads = [n for n in plan_nodes(plan) if n.get("Relation Name") == watchers]
+    assert reads
+    for node in reads:  # found through the task's index, not a filter over every watcher
+        assert "task_id" in node.get("Index Cond", node.get("Recheck Cond", "")), node
 
 
 @pytest.mark.django_db(transaction=True)
