@@ -8,9 +8,11 @@ as the task table grows?
 For each size the task table is emptied and filled with that many rows in one
 SQL statement (``generate_series`` on PostgreSQL, a recursive CTE on SQLite):
 10% PENDING (the newest), the rest finished over the past 60 days (90%
-COMPLETED, 7% FAILED, 3% CANCELLED), spread over one owner per 100 rows.
-One more user, ``bench-user``, owns 150 tasks and watches 10 at every size, so
-the list figure measures the table, not the user. Then the statistics are
+COMPLETED, 7% FAILED, 3% CANCELLED), spread over one owner per 100 rows;
+about one task in sixteen is shared with a second user (a watcher row), so
+the reads of tasks meet a watchers table that grows with them. One more
+user, ``bench-user``, owns 150 tasks and watches 10 at every size, so the
+list figure measures the table, not the user. Then the statistics are
 refreshed (``VACUUM ANALYZE`` / ``ANALYZE``) and, in this order:
 
 - **claim**: ``store.claim`` of 10 tasks, then ``store.end_tasks`` of their
@@ -161,6 +163,12 @@ def fill(n: int) -> None:
         f"u{g % owners}::k{g}" for g in range(newest_finished - USER_WATCHES, newest_finished)
     ]
     with connection.cursor() as cursor:
+        # Shared tasks: those whose (random hex) run id ends in 0, with their owner's teammate.
+        cursor.execute(
+            f"INSERT INTO {WATCHERS} (task_id, user_id) "
+            f"SELECT id, 'mate-' || owner FROM {TABLE} WHERE owner <> %s AND run_id LIKE %s",
+            [USER, "%0"],
+        )
         cursor.executemany(
             f"INSERT INTO {WATCHERS} (task_id, user_id) VALUES (%s, %s)",
             [(task_id, USER) for task_id in watched],
