@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -27,6 +28,27 @@ MAX_PATH = 107
 def wake_dir(database_file: str | os.PathLike[str]) -> Path:
     """The folder of wake-up sockets of an SQLite database file."""
     return Path(f"{os.fspath(database_file)}.wake")
+
+
+def runtime_socket_name() -> str:
+    """A new name for a listening runtime's socket (without ``.sock``): pid and token.
+
+    The pid is padded to the seven digits of Linux's largest, so every runtime's
+    socket path next to one database file has the same length (``socket_fits``).
+    """
+    return f"{os.getpid():07d}-{uuid.uuid4().hex[:8]}"
+
+
+#: The length of a runtime's socket file name, ``.sock`` included.
+_SOCKET_NAME_LENGTH = len("0000000-00000000.sock")
+
+
+def socket_fits(database_file: str | os.PathLike[str]) -> bool:
+    """Whether a runtime's socket path next to ``database_file`` is short enough to bind.
+
+    Where it is not, a runtime polls instead (and logs that at INFO).
+    """
+    return len(os.fsencode(wake_dir(database_file))) + 1 + _SOCKET_NAME_LENGTH <= MAX_PATH
 
 
 def send_enqueued(database_file: str | os.PathLike[str] | None, queues: Iterable[str]) -> None:

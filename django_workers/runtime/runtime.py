@@ -42,6 +42,7 @@ from django_workers.conf import queue_limits, served_limits, workers_settings
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.lifecycle import TaskEnd
 from django_workers.live import live_runs
+from django_workers.local_wake import runtime_socket_name
 from django_workers.runtime.flag import SignalSafeEvent
 from django_workers.runtime.reporter import (
     EndItem,
@@ -209,9 +210,7 @@ class WorkerRuntime:
             self._listener.ready.wait(5.0)
         elif (wake_file := self.store.wake_file()) is not None:
             # SQLite: writers on this machine wake us through a socket; polling stays.
-            self._local = LocalListener(
-                wake_file, f"{os.getpid()}-{uuid.uuid4().hex[:8]}", self._on_notify
-            )
+            self._local = LocalListener(wake_file, runtime_socket_name(), self._on_notify)
             self._local.start()
         self.store.subscribe(self._wake.set)
         self.started.set()

@@ -15,6 +15,7 @@ from django.core.management import call_command
 from django.db import connection
 
 from django_workers import checks, local_wake
+from django_workers.management.commands.runworkers import _wake_up
 from tests.worker_processes import ROOT, process_env
 
 pytestmark = pytest.mark.integration
@@ -126,6 +127,19 @@ def test_runworkers_says_how_an_idle_worker_learns_of_new_work() -> None:
         assert wake_up == f"same-host socket in {folder}, polling every 0.5 s as fallback"
     else:
         assert wake_up == "polling every 0.5 s"
+
+
+def test_runworkers_says_it_polls_where_the_socket_path_would_be_too_long() -> None:
+    class LongPath:
+        def listen_params(self) -> None:
+            return None
+
+        def wake_file(self) -> str:
+            return "/srv/" + "a" * 90 + "/db.sqlite3"
+
+    folder = local_wake.wake_dir(LongPath().wake_file())
+    expected = f"polling every 0.5 s (a socket path in {folder} would be too long)"
+    assert _wake_up(LongPath(), 0.5) == expected
 
 
 def test_migrate_creates_the_tables_that_runworkers_asks_for(tmp_path: Path) -> None:

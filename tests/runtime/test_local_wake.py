@@ -63,3 +63,22 @@ def test_without_a_listener_a_send_costs_nothing_and_a_dead_socket_is_removed(
         listener.stop()
         listener.join(2.0)
     assert not (folder / "alive.sock").exists()
+
+
+def test_a_runtime_binds_its_socket_exactly_where_the_banner_says_it_fits(
+    tmp_path: Path,
+) -> None:
+    # Database file names whose socket paths end either side of the 107-byte limit.
+    room = local_wake.MAX_PATH - len(str(tmp_path / "x.sqlite3.wake/0000000-00000000.sock"))
+    seen = set()
+    for extra in range(room - 2, room + 3):
+        database = tmp_path / f"{'x' * (1 + extra)}.sqlite3"
+        listener = LocalListener(str(database), local_wake.runtime_socket_name(), print)
+        listener.start()
+        try:
+            assert listener.ready.is_set() == local_wake.socket_fits(database), extra
+            seen.add(listener.ready.is_set())
+        finally:
+            listener.stop()
+            listener.join(2.0)
+    assert seen == {True, False}

@@ -170,5 +170,9 @@ def _wake_up(store: Any, poll_interval: float | None) -> str:
         return "LISTEN/NOTIFY"
     if (wake_file := store.wake_file()) is not None:
         folder = local_wake.wake_dir(wake_file)
+        if not local_wake.socket_fits(wake_file):
+            return (
+                f"polling every {poll_interval:g} s (a socket path in {folder} would be too long)"
+            )
         return f"same-host socket in {folder}, polling every {poll_interval:g} s as fallback"
     return f"polling every {poll_interval:g} s"
