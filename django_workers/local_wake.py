@@ -39,16 +39,18 @@ def runtime_socket_name() -> str:
     return f"{os.getpid():07d}-{uuid.uuid4().hex[:8]}"
 
 
-#: The length of a runtime's socket file name, ``.sock`` included.
-_SOCKET_NAME_LENGTH = len("0000000-00000000.sock")
+def socket_path(database_file: str | os.PathLike[str], name: str) -> Path:
+    """Where the listener called ``name`` binds its socket, next to ``database_file``."""
+    return wake_dir(database_file) / f"{name}.sock"
 
 
 def socket_fits(database_file: str | os.PathLike[str]) -> bool:
     """Whether a runtime's socket path next to ``database_file`` is short enough to bind.
 
-    Where it is not, a runtime polls instead (and logs that at INFO).
+    Every runtime's name has the same length, so a new one answers for all. Where
+    the path is too long, a runtime polls instead (and logs that at INFO).
     """
-    return len(os.fsencode(wake_dir(database_file))) + 1 + _SOCKET_NAME_LENGTH <= MAX_PATH
+    return len(os.fsencode(socket_path(database_file, runtime_socket_name()))) <= MAX_PATH
 
 
 def send_enqueued(database_file: str | os.PathLike[str] | None, queues: Iterable[str]) -> None:

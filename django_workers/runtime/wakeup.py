@@ -27,7 +27,7 @@ import threading
 from collections.abc import Callable, Collection
 from typing import Any, NamedTuple
 
-from django_workers.local_wake import EVERY_QUEUE, MAX_PATH, wake_dir
+from django_workers.local_wake import EVERY_QUEUE, MAX_PATH, socket_path
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class LocalListener:
     """
 
     def __init__(self, database_file: str, name: str, on_notify: Callable[[str], None]) -> None:
-        self._path = wake_dir(database_file) / f"{name}.sock"
+        self._path = socket_path(database_file, name)
         self._on_notify = on_notify
         self._stopped = threading.Event()
         self._socket: socket.socket | None = None
