@@ -362,11 +362,16 @@ def settle_machine(target: Target, limit: float = 60.0) -> None:
     system alike: wait (up to ``limit`` seconds) until no autovacuum worker is
     running on the server, ``CHECKPOINT``, and flush the page cache to disk.
     """
-    if target.db == "postgresql":
+    settle_database(target.db, target.db_url, limit)
+
+
+def settle_database(db: str, db_url: str, limit: float = 60.0) -> None:
+    """``settle_machine`` for the database at ``db_url`` (``db``: "postgresql" or "sqlite")."""
+    if db == "postgresql":
         import psycopg
 
         deadline = time.monotonic() + limit
-        with psycopg.connect(target.db_url, autocommit=True, connect_timeout=5) as c:
+        with psycopg.connect(db_url, autocommit=True, connect_timeout=5) as c:
             busy = "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker'"
             while (c.execute(busy).fetchone() or (0,))[0] and time.monotonic() < deadline:
                 time.sleep(0.2)

@@ -29,7 +29,7 @@ import functools
 import json
 import operator
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -79,7 +79,7 @@ def _db_value(connection: BaseDatabaseWrapper, name: str, value: Any) -> Any:
     return value
 
 
-def _copy_rows(news: Sequence[NewTask]) -> Iterator[list[Any]]:
+def _copy_rows(news: Iterable[NewTask]) -> Iterator[list[Any]]:
     """Fresh records' values in ``_COPY_FIELDS`` order: JSON as text, the rest as psycopg adapts.
 
     Read straight from the records, without a dict per row. The options dict that
