@@ -2,8 +2,9 @@
 
 The public ``submit_task``/``submit_tasks`` and the ``django.tasks`` backend
 both build their records here, so a task is validated the same way whichever
-door it comes in by. Nothing is written until every submission of a batch
-has passed.
+door it comes in by. A batch is written whole or not at all: on PostgreSQL
+its records are built while the ``COPY`` that writes them streams, and a
+submission that fails then abandons the ``COPY``.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import functools
 import os
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -40,6 +41,7 @@ from django_workers.exceptions import (
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef, task_path, to_json_text
 from django_workers.stores import NewTask, Submitted, WorkerStore
+from django_workers.stores.base import RecordStream, grants_of
 
 DEFAULT_QUEUE = "default"
 QUEUE_MAX_LENGTH = 100
@@ -81,27 +83,34 @@ def write_tasks(
     return done
 
 
+#: What a submission shares with the first alike it: that one's record and key scoper.
+_Shared = tuple[NewTask, Callable[[str], str]]
+
+
 def build_tasks(
     specs: Iterable[TaskSubmission], authority: Authority, store: WorkerStore
-) -> list[NewTask]:
-    """Validate a batch completely and build its records, in the order given.
+) -> Sequence[NewTask]:
+    """Validate a batch and build its records, in the order given.
 
     Submissions alike in task, queue, options, priority, run_after and scope share
-    what those fields resolve to: the first of them is checked whole (the queue
-    authorizer is asked then), and the rest check only their own key, arguments
-    and watchers. The batch is stamped with one read of the clock and one of the
-    random source for its run ids.
+    what those fields resolve to: the first of them is checked whole here (the
+    queue authorizer is asked then), and the rest check only their own key,
+    arguments and watchers, as their records are read from the ``RecordStream``
+    returned. The first submission of the batch that fails raises, wherever it is
+    found. The batch is stamped with one read of the clock and one of the random
+    source for its run ids.
     """
     specs = list(specs)
     if len(specs) == 1:  # nothing to share: the way submit_task comes in
         return [build_task(specs[0], authority, store)]
     stamps = clock.now_series(len(specs))
     run_ids = new_run_ids(len(specs))
-    alike = _Alike(authority)
-    firsts: dict[tuple[Any, ...], tuple[NewTask, Callable[[str], str]]] = {}
-    news: list[NewTask] = []
-    for spec, created_at, run_id in zip(specs, stamps, run_ids, strict=True):
-        seen = shape = None
+    firsts: dict[tuple[Any, ...], _Shared] = {}
+    # Per submission: its record if it was built whole, else what it shares with a first.
+    plan: list[NewTask | _Shared] = []
+    plain = True
+    for index, spec in enumerate(specs):
+        shared = shape = None
         if type(spec) is TaskSubmission:
             # The types too: True == 1 as a key, but a bool priority is refused.
             shape = (
@@ -115,17 +124,57 @@ def build_tasks(
                 spec.scope,
             )
             try:
-                seen = firsts.get(shape)
+                shared = firsts.get(shape)
             except TypeError:  # an unhashable field: checked whole, shared with none
                 shape = None
-        if seen is None:
-            new = build_task(spec, authority, store, run_id=run_id, created_at=created_at)
+        if shared is None:
+            try:
+                new = build_task(
+                    spec, authority, store, run_id=run_ids[index], created_at=stamps[index]
+                )
+            except Exception:
+                # A submission before this one that checks only its own fields may be
+                # bad too, and the first bad one of the batch is the one reported.
+                _check_alike(authority, specs, plan, stamps, run_ids)
+                raise
+            plain = plain and not grants_of(new)
             if shape is not None:
                 firsts[shape] = (new, key_scoper(authority, spec.scope))
+            plan.append(new)
         else:
-            new = alike.record(spec, *seen, run_id, created_at)
-        news.append(new)
-    return news
+            plain = plain and type(spec.watchers) is tuple and not spec.watchers
+            plan.append(shared)
+    records = _records(authority, specs, plan, stamps, run_ids)
+    return RecordStream(len(specs), records, plain=plain)
+
+
+def _records(
+    authority: Authority,
+    specs: list[TaskSubmission],
+    plan: list[NewTask | _Shared],
+    stamps: list[datetime],
+    run_ids: list[str],
+) -> Iterator[NewTask]:
+    """The batch's records in order: those built whole as they are, the rest built now."""
+    alike = _Alike(authority)
+    # Not strict: a plan cut short at a failed submission stops there.
+    for spec, planned, created_at, run_id in zip(specs, plan, stamps, run_ids, strict=False):
+        if isinstance(planned, NewTask):
+            yield planned
+        else:
+            yield alike.record(spec, *planned, run_id, created_at)
+
+
+def _check_alike(
+    authority: Authority,
+    specs: list[TaskSubmission],
+    plan: list[NewTask | _Shared],
+    stamps: list[datetime],
+    run_ids: list[str],
+) -> None:
+    """Raise the error of the first submission in ``plan`` that fails its own checks."""
+    for _ in _records(authority, specs, plan, stamps, run_ids):
+        pass
 
 
 class _Alike:

@@ -14,7 +14,7 @@ runs against both.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -95,6 +95,66 @@ class NewTask:
     arguments_json: tuple[Any, Any, str, str] | None = field(
         default=None, compare=False, repr=False
     )
+
+
+def grants_of(new: NewTask) -> list[str]:
+    """Watcher rows a record needs: everyone in ``new.watchers`` but the derived owner."""
+    seen: list[str] = []
+    for user_id in new.watchers:
+        if user_id != new.owner and user_id not in seen:
+            seen.append(user_id)
+    return seen
+
+
+class RecordStream(Sequence[NewTask]):
+    """A batch's records, built the first time they are read, in order.
+
+    A store that can write records while they are built (PostgreSQL's ``COPY``)
+    reads it once from the start, so the server writes while Python builds; any
+    other use builds the rest of the batch first. A record that fails its checks
+    raises where it is reached, and again on every later read, so a store that
+    meets it part-way must discard what it wrote of the batch.
+    """
+
+    __slots__ = ("_built", "_count", "_failed", "_source", "plain")
+
+    def __init__(self, count: int, source: Iterable[NewTask], *, plain: bool) -> None:
+        self._count = count
+        self._source = iter(source)
+        self._built: list[NewTask] = []
+        self._failed: BaseException | None = None
+        #: No record of the batch needs a watcher row: each is its task row alone.
+        self.plain = plain
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[NewTask]:
+        built = self._built
+        index = 0
+        while index < self._count:
+            if index == len(built):
+                built.append(self._next())
+            yield built[index]
+            index += 1
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.whole()[index]
+
+    def whole(self) -> list[NewTask]:
+        """Every record, the rest of the batch built first."""
+        for _ in self:
+            pass
+        return self._built
+
+    def _next(self) -> NewTask:
+        if self._failed is not None:
+            raise self._failed
+        try:
+            return next(self._source)
+        except BaseException as error:
+            self._failed = error
+            raise
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

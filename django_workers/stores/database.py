@@ -44,10 +44,12 @@ from django_workers.stores.base import (
     NewTask,
     NewWorkflow,
     QueueCounts,
+    RecordStream,
     RunId,
     Submitted,
     WorkerRegistration,
     WorkerStore,
+    grants_of,
 )
 from django_workers.workflows import persistence
 from django_workers.workflows.machine import WORKFLOW_ENDS
@@ -155,7 +157,7 @@ class DatabaseWorkerStore(WorkerStore):
 
     @_one_writer
     def submit(self, new: NewTask, caller: str | None) -> Submitted:
-        if not rows.grants_of(new):
+        if not grants_of(new):
             # Fast path: one INSERT. Only a taken id needs the locking path below.
             connection = connections[self.using]
             if connection.vendor in ("postgresql", "sqlite"):
@@ -186,8 +188,9 @@ class DatabaseWorkerStore(WorkerStore):
     def submit_many(self, news: Sequence[NewTask], caller: str | None) -> list[Submitted]:
         if len(news) == 1:
             return [self.submit(news[0], caller)]
-        ids = [new.id for new in news]
-        if len(set(ids)) == len(ids):
+        # A batch its COPY reads as it is built is not read first for repeated ids: a
+        # repeat fails the COPY as a taken id does.
+        if self._streams(news) or _distinct([new.id for new in news]):
             try:
                 self._insert_fresh(news)
                 return [Submitted(new.id, new.run_id, created=True) for new in news]
@@ -207,11 +210,18 @@ class DatabaseWorkerStore(WorkerStore):
         """
         connection = connections[self.using]
         single = connection.vendor == "postgresql" or len(news) <= sql.INSERT_CHUNK
-        if single and connection.get_autocommit() and not any(map(rows.grants_of, news)):
+        # A stream says so before its records are built.
+        plain = news.plain if isinstance(news, RecordStream) else not any(map(grants_of, news))
+        if single and plain and connection.get_autocommit():
+            # A record that fails its checks part-way through a COPY fails the COPY.
             sql.insert_records(connection, news)
             return
         with self._atomic():
             self._insert(news)
+
+    def _streams(self, news: Sequence[NewTask]) -> bool:
+        """Whether ``news`` is written by a COPY that reads its records as they are built."""
+        return isinstance(news, RecordStream) and sql.copies(connections[self.using], len(news))
 
     def _lock_row(self, task_id: str) -> dict[str, Any] | None:
         return (
@@ -245,7 +255,7 @@ class DatabaseWorkerStore(WorkerStore):
         self._grant(news)
 
     def _grant(self, news: Sequence[NewTask]) -> None:
-        grants = [TaskWatcher(task_id=n.id, user_id=u) for n in news for u in rows.grants_of(n)]
+        grants = [TaskWatcher(task_id=n.id, user_id=u) for n in news for u in grants_of(n)]
         if grants:
             self._watchers().bulk_create(grants)
 
@@ -1048,6 +1058,10 @@ _NOW_SQL = {
 
 class _Collision(Exception):
     """A bulk submit met an existing id; fall back to one submit per task."""
+
+
+def _distinct(ids: list[str]) -> bool:
+    return len(set(ids)) == len(ids)
 
 
 def _won(ends: Sequence[TaskEnd], winners: set[tuple[str, str]]) -> list[bool]:

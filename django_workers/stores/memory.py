@@ -29,6 +29,7 @@ from django_workers.stores.base import (
     Submitted,
     WorkerRegistration,
     WorkerStore,
+    grants_of,
 )
 from django_workers.workflows import persistence
 from django_workers.workflows.machine import WORKFLOW_ENDS
@@ -93,7 +94,7 @@ class InMemoryWorkerStore(WorkerStore):
 
     def _insert(self, new: NewTask) -> None:
         self._rows[new.id] = rows.row_of(new)
-        self._grants[new.id] = rows.grants_of(new)
+        self._grants[new.id] = grants_of(new)
 
     def add_watcher(self, task_id: str, user_id: str) -> bool:
         with self._lock:

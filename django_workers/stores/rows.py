@@ -98,15 +98,6 @@ def claim_order(row: Mapping[str, Any]) -> tuple[Any, ...]:
     return (-row["priority"], row["created_at"], row["id"])
 
 
-def grants_of(new: NewTask) -> list[str]:
-    """Watcher rows a record needs: everyone in ``new.watchers`` but the derived owner."""
-    seen: list[str] = []
-    for user_id in new.watchers:
-        if user_id != new.owner and user_id not in seen:
-            seen.append(user_id)
-    return seen
-
-
 def watches(task_id: str, caller: str | None, grants: Iterable[str]) -> bool:
     """Whether ``caller`` (None = System) may use the task: owner by id, or a grant."""
     if caller is None:

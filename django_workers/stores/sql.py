@@ -111,11 +111,20 @@ def _copy_statement(vendor: str, quote: Callable[[str], str]) -> str:
     return f"COPY {table} ({', '.join(quote(c) for c in _COPY_COLUMNS)}) FROM STDIN"
 
 
+def copies(connection: BaseDatabaseWrapper, count: int) -> bool:
+    """Whether ``insert_records`` writes ``count`` records with one COPY."""
+    return connection.vendor == "postgresql" and count >= COPY_MIN_ROWS
+
+
 def insert_records(connection: BaseDatabaseWrapper, news: Sequence[NewTask]) -> None:
-    """Insert fresh task rows in as few statements as possible."""
+    """Insert fresh task rows in as few statements as possible.
+
+    A COPY reads ``news`` once, in order, while it streams; if reading raises, the
+    COPY is abandoned and writes nothing.
+    """
     table, columns = _target(connection.vendor, connection.ops.quote_name)
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql" and len(news) >= COPY_MIN_ROWS:
+        if copies(connection, len(news)):
             # Past Django's cursor wrapper, so its errors are mapped here (a taken id is
             # an IntegrityError, as from an INSERT).
             statement = _copy_statement(connection.vendor, connection.ops.quote_name)

@@ -242,7 +242,7 @@ def test_a_batch_stores_its_arguments_as_checked_or_as_they_were_replaced(
         TaskSubmission(key=f"k{n}", task=add, args=(Decimal("1.10"), n), kwargs={"n": n})
         for n in range(sql.COPY_MIN_ROWS)
     ]
-    batch = build_tasks(specs, ALICE, db_store)
+    batch = list(build_tasks(specs, ALICE, db_store))
     batch[0] = replace(batch[0], args=["replaced"])
     batch[1] = replace(batch[1], kwargs={})
     sql.insert_records(connection, batch)
