@@ -1,21 +1,20 @@
-"""An experiment, not a feature: would building a bulk submit's records inside its COPY pay?
+"""How much a bulk submit gains by building its records while its COPY streams.
 
     export DJANGO_SETTINGS_MODULE=benchmarks.settings
     export DATABASE_URL=postgres://postgres@127.0.0.1:5432/bench   # migrated by run.py
     .venv/bin/python benchmarks/bulk_streaming.py [--arguments] [--runs 3]
 
-``submit_tasks`` validates a whole batch and builds its records before its
-``COPY`` starts, so the server has nothing to do while Python builds, and
-Python little while the server writes. This measures, taking turns in one
-process, the time per task of three ways to write the same ``--count`` tasks
-in batches of ``--batch``:
+On PostgreSQL ``submit_tasks`` checks what a batch's alike submissions share
+before its ``COPY`` starts, and builds each record (its key, arguments and
+watchers checked) as the ``COPY`` reads it, so the server writes while Python
+builds. This measures, taking turns in one process, the time per task of three
+ways to write the same ``--count`` tasks in batches of ``--batch``:
 
 - ``submit_tasks``: the public call, its ``TaskSubmission`` objects made in the
   timed loop as the benchmark's bulk figure makes them;
-- ``streamed``: the same objects, the batch's first submission checked whole
-  before the ``COPY`` (the queue authorizer is asked then), every record of the
-  batch built while the ``COPY`` streams (a prototype for batches whose
-  submissions share task, queue and options, as the benchmark's do);
+- ``built first``: the same objects, every record of the batch built before the
+  ``COPY`` starts and then written by the same store call (how ``submit_tasks``
+  wrote a batch before 5 December 2026);
 - ``raw COPY``: the rows built before the clock starts, then the ``COPY`` alone
   (``benchmarks.driver.copy_raw``'s floor).
 
@@ -32,7 +31,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,10 +52,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from benchmarks import driver
     from benchmarks.run import settle_database
-    from django_workers import api, clock, submission
-    from django_workers.authority import key_scoper
+    from django_workers import api, submission
     from django_workers.stores import default_store, sql
-    from django_workers.stores.base import NewTask
 
     if connection.vendor != "postgresql":
         parser.error("PostgreSQL only: set DATABASE_URL to a migrated benchmark database.")
@@ -72,23 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     def public(prefix: str, first: int) -> None:
         api.submit_tasks(make(prefix, first), system, store=store)
 
-    def streamed(prefix: str, first: int) -> None:
-        specs = make(prefix, first)
-        head = submission.build_task(specs[0], system, store)
-        scoped = key_scoper(system, specs[0].scope)
-        alike = submission._Alike(system)
-        stamps = clock.now_series(len(specs))
-        run_ids = submission.new_run_ids(len(specs))
-
-        def records() -> Iterator[NewTask]:
-            for spec, created_at, run_id in zip(specs, stamps, run_ids, strict=True):
-                yield alike.record(spec, head, scoped, run_id, created_at)
-
-        statement = sql._copy_statement(connection.vendor, connection.ops.quote_name)
-        with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
-            for row in sql._copy_rows(records()):
-                copy.write_row(row)
-        store.notify_enqueued({head.queue})
+    def built_first(prefix: str, first: int) -> None:
+        news = list(submission.build_tasks(make(prefix, first), system, store))
+        submission.write_tasks(news, system, store)
 
     def raw_copy(prefix: str, first: int) -> Callable[[], None]:
         news = submission.build_tasks(make(prefix, first), system, store)
@@ -114,13 +97,13 @@ def main(argv: list[str] | None = None) -> int:
                 write()
             else:
                 started = time.perf_counter()
-                (public if way == "submit_tasks" else streamed)(prefix, first)
+                (public if way == "submit_tasks" else built_first)(prefix, first)
             spent += time.perf_counter() - started
         return spent / args.count * 1e6
 
     connection.ensure_connection()
     public("warm", 0)
-    ways = ("submit_tasks", "streamed", "raw COPY")
+    ways = ("submit_tasks", "built first", "raw COPY")
     seen: dict[str, list[float]] = {way: [] for way in ways}
     for run in range(args.runs):
         for way in ways:
