@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.run import (  # noqa: E402
+from benchmarks.harness import (  # noqa: E402
     DEFAULT_PG,
     OUR_CONCURRENCY,
     RESULTS,
