@@ -250,6 +250,20 @@ def compile_sources(targets: list[Target]) -> None:
         )
 
 
+def ours(key: str, database: str, db_url: str, poll: float | None = None) -> Target:
+    """django-workers on one database, driven from this interpreter."""
+    return Target(
+        key=f"workers-{key}",
+        label=f"django-workers ({database})",
+        db="sqlite" if key == "sqlite" else "postgresql",
+        python=sys.executable,
+        settings="benchmarks.settings",
+        driver="benchmarks.driver",
+        db_url=db_url,
+        poll=poll,
+    )
+
+
 def build_targets(
     dbs: list[str], anchors: bool, pg_base: str, prefix: str = DEFAULT_DB_PREFIX
 ) -> list[Target]:
@@ -259,31 +273,10 @@ def build_targets(
         path = WORK / f"{prefix}-workers.sqlite3"
         for stale in WORK.glob(f"{prefix}-workers.sqlite3*"):  # the file, its WAL, its wake folder
             shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
-        targets.append(
-            Target(
-                key="workers-sqlite",
-                label="django-workers (SQLite)",
-                db="sqlite",
-                python=sys.executable,
-                settings="benchmarks.settings",
-                driver="benchmarks.driver",
-                db_url=f"sqlite:///{path}",
-                poll=0.2,
-            )
-        )
+        targets.append(ours("sqlite", "SQLite", f"sqlite:///{path}", poll=0.2))
     if "postgresql" in dbs:
         fresh_pg_database(pg_base, prefix)
-        targets.append(
-            Target(
-                key="workers-pg",
-                label="django-workers (PostgreSQL)",
-                db="postgresql",
-                python=sys.executable,
-                settings="benchmarks.settings",
-                driver="benchmarks.driver",
-                db_url=pg_url(pg_base, prefix),
-            )
-        )
+        targets.append(ours("pg", "PostgreSQL", pg_url(pg_base, prefix)))
         if anchors:
             python = ensure_anchors_venv()
             fresh_pg_database(pg_base, f"{prefix}_anchors")
