@@ -78,6 +78,10 @@ class WorkersSettings:
             self._cache[name] = value
         return self._cache[name]
 
+    def seconds(self, name: str, given: float | None = None) -> float:
+        """``given`` when a caller passed one (a command option, say), else the setting."""
+        return float(getattr(self, name) if given is None else given)
+
     def reload(self) -> None:
         """Forget cached values so the next read sees the current settings."""
         self._cache.clear()

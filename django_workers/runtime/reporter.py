@@ -59,12 +59,16 @@ class Reporter:
         """Call ``fn(*args)`` on the reporter thread; never blocks."""
         self._calls.put(functools.partial(fn, *args))
 
-    def stop(self, wait: float) -> None:
-        """Finish what is queued, then end; wait up to ``wait`` seconds for that."""
+    def stop(self, wait: float) -> bool:
+        """Finish what is queued, then end; wait up to ``wait`` seconds for that.
+
+        Returns whether the thread has ended (never, with ``wait`` 0).
+        """
         self._stopping.set()  # no more gathering: what is queued goes out now
         self._calls.put(None)
         if wait > 0:
             self._thread.join(timeout=wait)
+        return not self._thread.is_alive()
 
     def _loop(self) -> None:
         while (call := self._calls.get()) is not None:

@@ -224,10 +224,8 @@ def _end_after_wait(handle: RunHandle) -> TaskEnd:
 
 def backoff(options: Any, attempt: int) -> float:
     """Seconds before attempt ``attempt + 1``: exponential, capped, with jitter."""
-    base = options.retry_backoff
-    cap = options.retry_backoff_max
-    base = workers_settings.RETRY_BACKOFF if base is None else base
-    cap = workers_settings.RETRY_BACKOFF_MAX if cap is None else cap
+    base = workers_settings.seconds("RETRY_BACKOFF", options.retry_backoff)
+    cap = workers_settings.seconds("RETRY_BACKOFF_MAX", options.retry_backoff_max)
     delay = min(cap, base * 2 ** max(attempt - 1, 0))
     if options.retry_jitter:
         delay = delay / 2 + random.uniform(0, delay / 2)

@@ -100,9 +100,9 @@ class WorkerRuntime:
         # True when this runtime is its process (runworkers): a stuck runtime then exits,
         # and runs that outlive the drain die with the process.
         self.owns_process = owns_process
-        self.poll_interval = _or_setting(poll_interval, "POLL_INTERVAL")
-        self.heartbeat_interval = _or_setting(heartbeat_interval, "HEARTBEAT_INTERVAL")
-        self.lease_timeout = _or_setting(lease_timeout, "LEASE_TIMEOUT")
+        self.poll_interval = workers_settings.seconds("POLL_INTERVAL", poll_interval)
+        self.heartbeat_interval = workers_settings.seconds("HEARTBEAT_INTERVAL", heartbeat_interval)
+        self.lease_timeout = workers_settings.seconds("LEASE_TIMEOUT", lease_timeout)
         if self.heartbeat_interval * 2 > self.lease_timeout:
             # Else the lease can run out between two heartbeats, and this runtime's own
             # sweep declares it dead and recovers its runs while they still run.
@@ -737,10 +737,6 @@ class WorkerRuntime:
                 if self.queues is None or info.queue in self.queues
             ]
         )
-
-
-def _or_setting(value: float | None, name: str) -> float:
-    return float(getattr(workers_settings, name) if value is None else value)
 
 
 def _pid_alive(pid: int) -> bool:

@@ -19,9 +19,9 @@ def test_calls_queued_while_it_gathers_are_made_in_order_when_it_stops() -> None
     assert first_made.wait(10.0), "the first call is made as soon as it is queued"
     for n in (2, 3, 4):
         reporter.report(made.append, n)
-    reporter.stop(wait=10.0)
+    ended = reporter.stop(wait=10.0)
     assert made == [1, 2, 3, 4]
-    assert not reporter._thread.is_alive(), "stop() ended the pause instead of waiting it out"
+    assert ended, "stop() ended the pause instead of waiting it out"
 
 
 def test_a_failing_call_is_logged_and_the_next_ones_are_still_made(

@@ -164,8 +164,7 @@ class Command(BaseCommand):
 
 def _wake_up(store: Any, poll_interval: float | None) -> str:
     """How an idle worker of this store learns of new work, as the runtime will set it up."""
-    if poll_interval is None:
-        poll_interval = workers_settings.POLL_INTERVAL
+    poll_interval = workers_settings.seconds("POLL_INTERVAL", poll_interval)
     if store.listen_params() is not None:
         return "LISTEN/NOTIFY"
     if (wake_file := store.wake_file()) is not None:
