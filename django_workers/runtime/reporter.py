@@ -62,7 +62,7 @@ class Reporter:
     def stop(self, wait: float) -> bool:
         """Finish what is queued, then end; wait up to ``wait`` seconds for that.
 
-        Returns whether the thread has ended (never, with ``wait`` 0).
+        Returns whether the thread has ended (with ``wait`` 0 it is not waited for).
         """
         self._stopping.set()  # no more gathering: what is queued goes out now
         self._calls.put(None)
