@@ -39,6 +39,7 @@ from django_workers.info import TaskInfo, TaskStatus
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef
 from django_workers.stores import WorkerStore, default_store
+from django_workers.stores.base import AllCreated
 from django_workers.submission import TaskSubmission, build_tasks, write_tasks
 
 MAX_LIMIT = 1000
@@ -82,7 +83,8 @@ def submit_tasks(
     authority = check_authority(authority)
     store = store or default_store()
     news = build_tasks(submissions, authority, store)
-    return [sub.id for sub in write_tasks(news, authority, store)]
+    done = write_tasks(news, authority, store)
+    return done.ids() if isinstance(done, AllCreated) else [sub.id for sub in done]
 
 
 # -- reading ----------------------------------------------------------------------------

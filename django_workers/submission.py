@@ -41,7 +41,7 @@ from django_workers.exceptions import (
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef, task_path, to_json_text
 from django_workers.stores import NewTask, Submitted, WorkerStore
-from django_workers.stores.base import RecordStream, grants_of
+from django_workers.stores.base import AllCreated, RecordStream, grants_of
 
 DEFAULT_QUEUE = "default"
 QUEUE_MAX_LENGTH = 100
@@ -72,12 +72,15 @@ class TaskSubmission:
 
 def write_tasks(
     news: Sequence[NewTask], authority: Authority, store: WorkerStore
-) -> list[Submitted]:
+) -> Sequence[Submitted]:
     """Write records ``build_task`` made, then wake the workers of the queues that got runs."""
     if not news:
         return []
     done = store.submit_many(news, user_id_of(authority))
-    created = {new.queue for new, sub in zip(news, done, strict=True) if sub.created}
+    if isinstance(done, AllCreated):
+        created = done.queues()
+    else:
+        created = {new.queue for new, sub in zip(news, done, strict=True) if sub.created}
     if created:
         store.notify_enqueued(created)
     return done

@@ -143,8 +143,9 @@ class RecordStream(Sequence[NewTask]):
 
     def whole(self) -> list[NewTask]:
         """Every record, the rest of the batch built first."""
-        for _ in self:
-            pass
+        if len(self._built) < self._count:
+            for _ in self:
+                pass
         return self._built
 
     def _next(self) -> NewTask:
@@ -184,6 +185,42 @@ class Submitted:
     run_id: str
     created: bool
     replaced_run_id: str | None = None
+
+
+def _first_run(new: NewTask) -> Submitted:
+    return Submitted(new.id, new.run_id, created=True)
+
+
+class AllCreated(Sequence[Submitted]):
+    """``submit_many``'s answer for a batch written whole: a first run of every record.
+
+    Its ``Submitted`` are made only when read; a bulk submit reads the records' ids
+    and queues instead (``ids``, ``queues``), a thousand objects fewer a batch.
+    """
+
+    __slots__ = ("_records",)
+
+    def __init__(self, records: Sequence[NewTask]) -> None:
+        self._records = records.whole() if isinstance(records, RecordStream) else records
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [_first_run(new) for new in self._records[index]]
+        return _first_run(self._records[index])
+
+    def __iter__(self) -> Iterator[Submitted]:
+        return map(_first_run, self._records)
+
+    def ids(self) -> list[str]:
+        """The task ids, in the batch's order."""
+        return [new.id for new in self._records]
+
+    def queues(self) -> set[str]:
+        """The queues the batch's runs wait in."""
+        return {new.queue for new in self._records}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,7 +302,7 @@ class WorkerStore(abc.ABC):
         AuthorizationError and nothing is written.
         """
 
-    def submit_many(self, news: Sequence[NewTask], caller: str | None) -> list[Submitted]:
+    def submit_many(self, news: Sequence[NewTask], caller: str | None) -> Sequence[Submitted]:
         """Submit several tasks; stores write new ones in one statement where they can."""
         return [self.submit(new, caller) for new in news]
 

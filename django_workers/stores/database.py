@@ -41,6 +41,7 @@ from django_workers.models import (
 from django_workers.stores import rows, sql
 from django_workers.stores.base import (
     ANY_RUN,
+    AllCreated,
     NewTask,
     NewWorkflow,
     QueueCounts,
@@ -185,7 +186,7 @@ class DatabaseWorkerStore(WorkerStore):
             return self._resubmit(new, caller, row)
 
     @_one_writer
-    def submit_many(self, news: Sequence[NewTask], caller: str | None) -> list[Submitted]:
+    def submit_many(self, news: Sequence[NewTask], caller: str | None) -> Sequence[Submitted]:
         if len(news) == 1:
             return [self.submit(news[0], caller)]
         # A batch its COPY reads as it is built is not read first for repeated ids: a
@@ -193,7 +194,7 @@ class DatabaseWorkerStore(WorkerStore):
         if self._streams(news) or _distinct([new.id for new in news]):
             try:
                 self._insert_fresh(news)
-                return [Submitted(new.id, new.run_id, created=True) for new in news]
+                return AllCreated(news)
             except IntegrityError:
                 pass  # an id is taken: the insert wrote nothing; each task is decided below
         # One transaction, so a refusal part-way (after a repeated key, a join or a

@@ -73,7 +73,7 @@ class InMemoryWorkerStore(WorkerStore):
             self.replace_task(new)
             return Submitted(new.id, new.run_id, created=True, replaced_run_id=old_run)
 
-    def submit_many(self, news: Sequence[NewTask], caller: str | None) -> list[Submitted]:
+    def submit_many(self, news: Sequence[NewTask], caller: str | None) -> Sequence[Submitted]:
         with self._lock:
             # What the batch may touch, restored if a submit part-way is refused.
             saved = {n.id: (self._rows.get(n.id), list(self._grants.get(n.id, ()))) for n in news}

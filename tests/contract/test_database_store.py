@@ -255,6 +255,32 @@ def test_a_batch_stores_its_arguments_as_checked_or_as_they_were_replaced(
     assert stored["k2"] == (["1.10", 2], {"n": 2})
 
 
+def test_a_batch_stores_what_copy_text_would_escape_unchanged(
+    db_store: DatabaseWorkerStore,
+) -> None:
+    # On PostgreSQL the batch is sent as COPY text, where a backslash, tab, newline or
+    # carriage return in a value would end or change it, and "\N" alone reads as NULL.
+    odd = ["back\\slash", "tab\there", "new\nline", "cr\rhere", "\\N", "\\.", "é中\u2028"]
+    specs = [
+        TaskSubmission(
+            key=f"k\\{n}\\N",
+            task=add,
+            args=[odd[n % len(odd)], n],
+            kwargs={"k\\\t": odd[(n + 1) % len(odd)]},
+            queue="q\\",
+        )
+        for n in range(sql.COPY_MIN_ROWS)
+    ]
+    submit_tasks(specs, Owner("o\\ner"), store=db_store)
+    stored = {r.key: r for r in TaskRecord.objects.all()}
+    assert len(stored) == len(specs)
+    for spec in specs:
+        record = stored[spec.key]
+        assert record.id == f"o\\ner::{spec.key}"
+        assert (record.args, record.kwargs) == ([*spec.args], spec.kwargs)
+        assert (record.owner, record.queue, record.result) == ("o\\ner", "q\\", None)
+
+
 def test_a_task_submitted_alone_is_stored_as_the_insert_of_a_batch_stores_it(
     db_store: DatabaseWorkerStore,
 ) -> None:
