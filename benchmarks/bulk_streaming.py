@@ -26,6 +26,7 @@ server, as ``run.py``'s bulk figures do.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import driver
     from benchmarks.run import settle_database
     from django_workers import api, submission
-    from django_workers.stores import default_store, sql
+    from django_workers.stores import default_store, rows, sql
 
     if connection.vendor != "postgresql":
         parser.error("PostgreSQL only: set DATABASE_URL to a migrated benchmark database.")
@@ -74,9 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         submission.write_tasks(news, system, store)
 
     def raw_copy(prefix: str, first: int) -> Callable[[], None]:
+        # The rows as ``driver.copy_raw`` writes them: every column's value, ready.
         news = submission.build_tasks(make(prefix, first), system, store)
-        ready = list(sql._copy_rows(news))
-        statement = sql._copy_statement(connection.vendor, connection.ops.quote_name)
+        ready = [
+            [json.dumps(r[f]) if isinstance(r[f], list | dict) else r[f] for f in sql._FIELDS]
+            for r in map(rows.row_of, news)
+        ]
+        statement = f"COPY {sql._target(connection.vendor, connection.ops.quote_name)[0]} "
+        statement += f"({', '.join(sql._COLUMNS)}) FROM STDIN"
 
         def write() -> None:
             with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:
