@@ -6,6 +6,12 @@ and runs a ``WorkerRuntime``. The supervisor forwards a stop on SIGTERM/SIGINT
 runs are recovered by the zombie sweep), and on a second signal kills the
 children and exits at once. A child takes the group's signal and the forwarded
 stop as one stop request, however far apart its handlers run.
+
+A child is born with the stop signals blocked and unblocks them once its handlers
+are in place: a stop that reaches it while it is still starting waits for them
+instead of killing it. Once its runtime has returned it ignores the forwarded stop,
+which would otherwise kill it while the interpreter exits (Python puts the default
+signal actions back then).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ import multiprocessing
 import os
 import signal
 import time
+from multiprocessing import resource_tracker
 from typing import Any
 
 from django_workers.runtime.process import EXIT_FORCED, FORWARDED_STOP
@@ -23,6 +30,9 @@ logger = logging.getLogger(__name__)
 
 #: Seconds a supervisor waits before restarting a child that died.
 RESTART_DELAY = 1.0
+
+#: The signals that stop a worker process: held back until its handlers are installed.
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, FORWARDED_STOP})
 
 
 def _child_main(options: dict[str, Any]) -> None:
@@ -42,7 +52,21 @@ def _child_main(options: dict[str, Any]) -> None:
     # The group's signal and the supervisor's forwarded one are one stop request.
     install_signal_handlers(runtime.request_stop, same_stop_window=SAME_STOP_WINDOW)
     install_forwarded_stop(runtime.request_stop)
-    raise SystemExit(runtime.run(drain_timeout=options["drain_timeout"]))
+    # A stop sent while this process was starting is delivered now, to its handler.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    code = runtime.run(drain_timeout=options["drain_timeout"])
+    # Nothing is left to stop: a forward that comes late must not kill the exit.
+    signal.signal(FORWARDED_STOP, signal.SIG_IGN)
+    raise SystemExit(code)
+
+
+def _how_it_ended(exitcode: int) -> str:
+    if exitcode >= 0:
+        return f"exited with {exitcode}"
+    try:
+        return f"was killed by {signal.Signals(-exitcode).name}"
+    except ValueError:
+        return f"was killed by signal {-exitcode}"
 
 
 class Supervisor:
@@ -77,13 +101,16 @@ class Supervisor:
                 if self._signals or self.options["burst"] or child.exitcode in (0, 3):
                     continue
                 logger.warning(
-                    "Worker process %s exited with %s; restarting", child.pid, child.exitcode
+                    "Worker process %s %s; restarting", child.pid, _how_it_ended(child.exitcode)
                 )
                 time.sleep(RESTART_DELAY)
                 self._children[n] = self._start_child()
             if all(not c.is_alive() for c in self._children):
                 break
             time.sleep(0.2)
+        for child in self._children:
+            if child.exitcode not in (0, None):
+                logger.warning("Worker process %s %s", child.pid, _how_it_ended(child.exitcode))
         # A child killed by a signal has a negative exit code: that is a failure too.
         codes = [1 if (c.exitcode or 0) < 0 else (c.exitcode or 0) for c in self._children]
         return max(codes, default=0)
@@ -92,7 +119,16 @@ class Supervisor:
         child = self._context.Process(
             target=_child_main, args=(self.options,), name="runworkers-child"
         )
-        child.start()
+        # multiprocessing (re)starts its resource tracker when it starts a child, and then
+        # unblocks SIGINT and SIGTERM: started before the block, it cannot undo it.
+        resource_tracker.ensure_running()
+        # The child inherits the blocked set and unblocks it once it can drain.
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            child.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        logger.info("Started worker process %s", child.pid)
         return child
 
     def _on_signal(self, signum: int, frame: Any) -> None:

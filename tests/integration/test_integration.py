@@ -112,7 +112,7 @@ def test_a_supervisor_restarts_a_killed_worker_process_and_the_run_is_recovered(
     os.kill(victim, signal.SIGKILL)
     info = wait_for_status(store, task_id, COMPLETED, timeout=20.0)
     assert (info.result, info.attempts) == ("done on attempt 2", 2)
-    supervisor.wait_for_log(f"Worker process {victim} exited with -9; restarting")
+    supervisor.wait_for_log(f"Worker process {victim} was killed by SIGKILL; restarting")
     wait_until(lambda: Lease.objects.exclude(pid=victim).count() == 2, timeout=20.0)
     assert supervisor.popen.poll() is None
 

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
+from typing import Any
 
 import pytest
 
 from django_workers import System, TaskStatus, submit_task
+from django_workers.models import WorkerProcess
+from django_workers.runtime.process import FORWARDED_STOP
 from django_workers.stores.database import DatabaseWorkerStore
 from tests import tasks
 from tests.helpers import WorkerProcesses, WorkerSubprocess, wait_until
@@ -70,3 +74,52 @@ def test_a_second_signal_to_the_process_group_still_exits_at_once(
     assert worker.wait(5.0) == 130, worker.log()
     assert time.monotonic() - signalled < RUN_SECONDS
     assert store.get_task_info(task_id).status == TaskStatus.RUNNING  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    "send",
+    [
+        pytest.param(lambda pid: os.kill(pid, signal.SIGTERM), id="SIGTERM-to-the-supervisor"),
+        pytest.param(lambda pid: os.killpg(pid, signal.SIGINT), id="SIGINT-to-the-group"),
+    ],
+)
+def test_a_stop_while_the_worker_processes_start_up_stops_them_cleanly(
+    store: DatabaseWorkerStore, worker_processes: WorkerProcesses, send: Any
+) -> None:
+    worker = worker_processes.start("--processes", "2")
+    # Both started, neither done importing Django: the stop reaches them before their handlers.
+    wait_until(lambda: worker.log().count("Started worker process") == 2, timeout=20.0)
+    send(worker.pid)
+    assert worker.wait(30.0) == 0, worker.log()
+    assert "Traceback" not in worker.log()
+    assert not WorkerProcess.objects.exists()  # each drained and gave its lease back
+
+
+def test_a_stop_forwarded_while_a_worker_process_exits_does_not_fail_it(
+    store: DatabaseWorkerStore, worker_processes: WorkerProcesses
+) -> None:
+    worker = worker_processes.start("--processes", "2")
+    worker_processes.wait_registered(2)
+    children = list(WorkerProcess.objects.values_list("pid", flat=True))
+    stop_hammering = threading.Event()
+
+    def hammer() -> None:
+        # The forwarded stop at every moment of the children's exit, as a late forward lands.
+        alive = set(children)
+        while alive and not stop_hammering.is_set():
+            for pid in list(alive):
+                try:
+                    os.kill(pid, FORWARDED_STOP)
+                except ProcessLookupError:
+                    alive.discard(pid)
+            time.sleep(0.001)
+
+    hammering = threading.Thread(target=hammer)
+    hammering.start()
+    try:
+        worker.send(signal.SIGTERM)
+        assert worker.wait(30.0) == 0, worker.log()
+    finally:
+        stop_hammering.set()
+        hammering.join()
+    assert "was killed by" not in worker.log(), worker.log()
