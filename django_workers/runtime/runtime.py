@@ -278,9 +278,25 @@ class WorkerRuntime:
         """Hand a claimed run to a thread; ``slot_held``: its slot is counted already."""
         handle = RunHandle(info, self.store, self.worker_id)
         with self._lock:
-            self._active[handle.run_id] = handle
-            if not slot_held:
+            # A run executing here whose claim the database lost (see ``_OWN_COMMIT`` in
+            # stores.sql) and this claim made again: the record is that run's once more.
+            again = info.run_id in self._active
+            if not again:
+                self._active[handle.run_id] = handle
+            if again and slot_held:
+                self._busy -= 1  # the refill's slot is free after all
+            elif not again and not slot_held:
                 self._busy += 1
+        if again:
+            self._report(
+                task_logger.warning,
+                "Task %s was claimed again while its run %s executes here (the database "
+                "lost the first claim); that run goes on",
+                info.id,
+                info.run_id,
+            )
+            self._wake.set()
+            return
         live_runs.add(handle)
         if info.options.timeout is not None:
             self._watchdog.watch(handle, info.options.timeout)

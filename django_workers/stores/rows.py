@@ -167,6 +167,11 @@ def stop_reason(row: Mapping[str, Any] | None, worker_id: str, run_id: str) -> C
     if row["status"] == TaskStatus.CANCELLED:
         reason = CancelReason(row["cancel_reason"])
         return reason if reason is not CancelReason.NONE else CancelReason.USER
+    if row["status"] == TaskStatus.PENDING:
+        # This run's claim was lost (a PostgreSQL crash before its commit reached the
+        # disk) and nobody has claimed the record since: the run goes on. A worker's
+        # claim of it supersedes the run; this worker's own claim takes it back.
+        return None
     if row["status"] != TaskStatus.RUNNING or row["worker_id"] != worker_id:
         return CancelReason.SUPERSEDED
     if row["cancel_reason"] != CancelReason.NONE:

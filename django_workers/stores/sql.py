@@ -325,23 +325,34 @@ def claim_postgres(
 ) -> list[dict[str, Any]]:
     """Claim up to ``limit`` ready rows in one statement; rows come back as column dicts.
 
-    In ``autocommit`` (no caller's transaction open), the planner setting of
-    ``_ordered_claim`` goes first, in the same round trip and transaction; inside a
-    caller's transaction it would outlive the claim, so the claim goes alone there.
-    For queues with concurrency limits, see ``claim_limited_postgres``.
+    In ``autocommit`` (no caller's transaction open) the claim is a transaction of
+    its own, and its settings go first, in the same round trip: ``_OWN_COMMIT``
+    and the planner setting of ``_ordered_claim``. Inside a caller's transaction
+    they would outlive the claim, so the claim goes alone there. For queues with
+    concurrency limits, see ``claim_limited_postgres``.
     """
     sql, params = _claim_sql(worker_id, queues, limit, now)
-    ordered = _ordered_claim(queues) if autocommit else ""
-    if ordered:
+    if autocommit:
+        settings = _OWN_COMMIT + _ordered_claim(queues)
         with _statements_cursor(connection) as cursor:
             if cursor is not None:
-                cursor.execute(ordered + sql, params)
-                cursor.nextset()
+                cursor.execute(settings + sql, params)
+                for _ in range(settings.count(";")):
+                    cursor.nextset()
                 return _records(cursor.fetchall())
     with kept_cursor(connection) as cursor:
         cursor.execute(sql, params)
         return _records(cursor.fetchall())
 
+
+#: Sent first in a claim that is a transaction of its own: its commit does not wait for
+#: the disk, which is half of an idle worker's wake-up after idleness (a flush there).
+#: A claim is no end: should PostgreSQL crash before its WAL writer flushed it (within
+#: a fraction of a second), the record is back to PENDING under the same run id, and
+#: the runtime that runs it keeps running it (``rows.stop_reason``) or takes the claim
+#: again as its own. Every write that ends a run, the finisher's claim included, stays
+#: in a transaction that waits for the disk.
+_OWN_COMMIT = "SELECT set_config('synchronous_commit', 'off', true);\n"
 
 #: A claim's worker id, queues (None: every queue), most rows, and the time it claims at.
 ClaimArgs = tuple[str, Sequence[str] | None, int, datetime]
@@ -352,16 +363,17 @@ def claim_limited_postgres(
 ) -> list[dict[str, Any]] | None:
     """Claim with per-queue concurrency limits (``limits``: queue -> most RUNNING): one round trip.
 
-    For a connection in autocommit; the statements of ``_limited_claim_sql`` go as
-    one simple query, one transaction. Returns the claimed rows, or None where the
-    cursor binds parameters on the server (one statement a call; nothing is sent).
+    For a connection in autocommit; ``_OWN_COMMIT`` and the statements of
+    ``_limited_claim_sql`` go as one simple query, one transaction. Returns the
+    claimed rows, or None where the cursor binds parameters on the server (one
+    statement a call; nothing is sent).
     """
     sql, params, leading = _limited_claim_sql(*claim, limits)
     with _statements_cursor(connection) as cursor:
         if cursor is None:
             return None
-        cursor.execute(sql, params)
-        for _ in range(leading):
+        cursor.execute(_OWN_COMMIT + sql, params)
+        for _ in range(leading + 1):
             cursor.nextset()
         return _records(cursor.fetchall())
 

@@ -4,6 +4,9 @@ With statistics of an empty table (a new site, or one whose retention deleted
 every task) the planner read and sorted every pending row at each claim until
 autoanalyze caught up. The store sends the claim of every queue, or of one,
 after turning sorting off for its transaction.
+
+A claim that is a transaction of its own also commits without waiting for the
+disk; every write that ends a run still waits.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ pytestmark = [
 
 TABLE = TaskRecord._meta.db_table
 ORDERED = "SELECT set_config('enable_sort', 'off', true)"
+OWN_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"
 Sent = list[tuple[str, Any]]
 
 
@@ -122,6 +126,54 @@ def test_a_claim_inside_a_transaction_changes_no_setting_of_it(
             assert cursor.fetchone()[0] == "on"
     before, _claim, _params = claim_statement(sent)
     assert ORDERED not in before
+
+
+# -- the claim's commit ---------------------------------------------------------------------
+
+
+def synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return str(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize(
+    ("queues", "limits"),
+    [(None, None), (["default"], None), (["default", "other"], None), (None, {"default": 5})],
+)
+def test_a_claim_of_its_own_commits_without_waiting_for_the_disk(
+    store: DatabaseWorkerStore,
+    sent: Sent,
+    queues: Sequence[str] | None,
+    limits: dict[str, int] | None,
+) -> None:
+    assert store.claim("w1", queues, 10, clock.now(), limits)
+    before, _claim, _params = claim_statement(sent)
+    assert OWN_COMMIT in before
+    assert synchronous_commit() == "on"  # for the claim's transaction only
+
+
+@pytest.mark.parametrize("limits", [None, {"default": 5}])
+def test_the_refill_after_ends_waits_for_the_disk(
+    store: DatabaseWorkerStore, sent: Sent, limits: dict[str, int] | None
+) -> None:
+    runs = store.claim("w1", None, 3, clock.now(), limits)
+    ends = [lifecycle.run_end(r, "w1", TaskStatus.COMPLETED, clock.now(), result=1) for r in runs]
+    sent.clear()
+
+    won, claimed = store.end_and_claim(ends, "w1", None, 3, clock.now(), limits)
+
+    assert (won, len(claimed)) == ([True] * 3, 3)
+    assert not [sql for sql, _params in sent if OWN_COMMIT in sql]
+
+
+def test_a_claim_inside_a_transaction_leaves_its_commit_alone(
+    store: DatabaseWorkerStore, sent: Sent
+) -> None:
+    with transaction.atomic():
+        assert store.claim("w1", None, 10, clock.now())
+        assert synchronous_commit() == "on"
+    assert not [sql for sql, _params in sent if OWN_COMMIT in sql]
 
 
 def test_the_read_before_a_limited_claim_walks_the_pending_index(sent: Sent) -> None:

@@ -874,6 +874,60 @@ def test_progress_of_a_run_that_lost_its_claim_never_reaches_the_new_claim(
     assert (info.status, info.worker_id, info.progress) == (RUNNING, "successor", 40)
 
 
+def _forget_claim(store: WorkerStore, task_id: str, worker_id: str) -> None:
+    """What a PostgreSQL crash does to a claim it had not flushed: the record is PENDING again."""
+    [won] = store.end_tasks([lifecycle.release_end(info_of(store, task_id), worker_id)])
+    assert won
+    assert info_of(store, task_id).status == PENDING
+
+
+def test_a_run_whose_claim_was_lost_goes_on_and_its_own_worker_takes_the_claim_back(
+    tx_store: WorkerStore, runtimes: Start, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    served = runtimes(tx_store, concurrency=2)
+    task_id = submit(tx_store, "lost", tasks.held, args=[name])
+    wait_until(lambda: tasks.calls[name] == 1)
+    worker_id = served.runtime.worker_id
+    # Nobody holds the record: the run is not asked to stop.
+    _forget_claim(tx_store, task_id, worker_id)
+    assert tx_store.runs_to_stop(worker_id, {task_id: info_of(tx_store, task_id).run_id}) == {}
+
+    # The worker claims it again, and starts no second copy.
+    info = wait_until(lambda: (i := info_of(tx_store, task_id)).status == RUNNING and i)
+    assert (info.worker_id, info.attempts) == (worker_id, 1)
+    wait_until(lambda: "was claimed again while its run" in caplog.text)
+    [live] = served.runtime.active_runs()
+    assert (live.id, live.cancel_requested) == (task_id, False)
+    tasks.gate(name).set()
+    info = wait_for_status(tx_store, task_id, COMPLETED)
+    assert (info.result, tasks.calls[name]) == ("released", 1)
+
+    # Both slots are free again.
+    wait_until(idle(served))
+    both = [submit(tx_store, f"next-{n}", tasks.held, args=[f"{name}-next"]) for n in range(2)]
+    wait_until(lambda: tasks.calls[f"{name}-next"] == 2)
+    tasks.gate(f"{name}-next").set()
+    for task in both:
+        wait_for_status(tx_store, task, COMPLETED)
+
+
+def test_a_run_whose_lost_claim_another_worker_made_is_superseded(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    served = runtimes(tx_store, concurrency=1)
+    task_id = submit(tx_store, "lost", tasks.held, args=[name])
+    wait_until(lambda: tasks.calls[name] == 1)
+    _forget_claim(tx_store, task_id, served.runtime.worker_id)
+    register(tx_store, "successor", host="elsewhere", pid=1, age=0)
+    claim_for(tx_store, "successor", task_id)
+    [live] = wait_until(lambda: [r for r in served.runtime.active_runs() if r.cancel_requested])
+    assert live.cancel_reason == CancelReason.SUPERSEDED
+    tasks.gate(name).set()
+    wait_until(idle(served))
+    info = info_of(tx_store, task_id)
+    assert (info.status, info.worker_id) == (RUNNING, "successor")
+
+
 @pytest.mark.parametrize(("heartbeat", "lease"), [(5.0, 1.0), (20.0, 30.0)])
 def test_a_heartbeat_that_could_miss_the_lease_is_refused(heartbeat: float, lease: float) -> None:
     # Its own sweep would declare it dead and fail its runs as "Worker lost" mid-run.
