@@ -333,11 +333,11 @@ def claim_postgres(
     """
     sql, params = _claim_sql(worker_id, queues, limit, now)
     if autocommit:
-        settings = _OWN_COMMIT + _ordered_claim(queues)
+        ordered = _ordered_claim(queues)
         with _statements_cursor(connection) as cursor:
             if cursor is not None:
-                cursor.execute(settings + sql, params)
-                for _ in range(settings.count(";")):
+                cursor.execute(_OWN_COMMIT + ordered + sql, params)
+                for _ in range(2 if ordered else 1):
                     cursor.nextset()
                 return _records(cursor.fetchall())
     with kept_cursor(connection) as cursor:
@@ -346,7 +346,7 @@ def claim_postgres(
 
 
 #: Sent first in a claim that is a transaction of its own: its commit does not wait for
-#: the disk, which is half of an idle worker's wake-up after idleness (a flush there).
+#: the WAL flush, about a sixth of the time an idle worker takes to start a task.
 #: A claim is no end: should PostgreSQL crash before its WAL writer flushed it (within
 #: a fraction of a second), the record is back to PENDING under the same run id, and
 #: the runtime that runs it keeps running it (``rows.stop_reason``) or takes the claim
