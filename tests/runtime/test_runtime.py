@@ -875,10 +875,12 @@ def test_progress_of_a_run_that_lost_its_claim_never_reaches_the_new_claim(
 
 
 def _forget_claim(store: WorkerStore, task_id: str, worker_id: str) -> None:
-    """What a PostgreSQL crash does to a claim it had not flushed: the record is PENDING again."""
+    """What a PostgreSQL crash does to a claim it had not flushed: the record is PENDING again.
+
+    A runtime with a free slot may claim it again at once: read nothing back here.
+    """
     [won] = store.end_tasks([lifecycle.release_end(info_of(store, task_id), worker_id)])
     assert won
-    assert info_of(store, task_id).status == PENDING
 
 
 def test_a_run_whose_claim_was_lost_goes_on_and_its_own_worker_takes_the_claim_back(
@@ -909,6 +911,29 @@ def test_a_run_whose_claim_was_lost_goes_on_and_its_own_worker_takes_the_claim_b
     tasks.gate(f"{name}-next").set()
     for task in both:
         wait_for_status(tx_store, task, COMPLETED)
+
+
+def test_a_lost_claim_taken_back_by_a_refill_frees_the_refills_slot(
+    tx_store: WorkerStore, runtimes: Start, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    served = runtimes(tx_store, concurrency=2)
+    lost = submit(tx_store, "lost", tasks.held, args=[name])
+    other = submit(tx_store, "other", tasks.held, args=[f"{name}-other"])
+    wait_until(lambda: tasks.calls[name] == 1 and tasks.calls[f"{name}-other"] == 1)
+    _forget_claim(tx_store, lost, served.runtime.worker_id)
+    # Both slots are taken: only the end of the other run, refilling its slot, claims.
+    tasks.gate(f"{name}-other").set()
+    wait_for_status(tx_store, other, COMPLETED)
+    wait_until(lambda: "was claimed again while its run" in caplog.text)
+    assert info_of(tx_store, lost).status == RUNNING
+    assert [r.id for r in served.runtime.active_runs()] == [lost]
+
+    # The refill's slot was given back: a new task runs beside the held one.
+    fresh = submit(tx_store, "fresh", tasks.add, args=[1, 2])
+    assert wait_for_status(tx_store, fresh, COMPLETED).result == 3
+    tasks.gate(name).set()
+    assert wait_for_status(tx_store, lost, COMPLETED).result == "released"
+    assert tasks.calls[name] == 1
 
 
 def test_a_run_whose_lost_claim_another_worker_made_is_superseded(
