@@ -281,12 +281,13 @@ class WorkerRuntime:
             # A run executing here whose claim the database lost (see ``_OWN_COMMIT`` in
             # stores.sql) and this claim made again: the record is that run's once more.
             again = info.run_id in self._active
-            if not again:
+            if again:
+                if slot_held:
+                    self._busy -= 1  # the refill's slot is free after all
+            else:
                 self._active[handle.run_id] = handle
-            if again and slot_held:
-                self._busy -= 1  # the refill's slot is free after all
-            elif not again and not slot_held:
-                self._busy += 1
+                if not slot_held:
+                    self._busy += 1
         if again:
             self._report(
                 task_logger.warning,
