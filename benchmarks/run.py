@@ -40,7 +40,7 @@ the one the current migrations make); the test database is never touched.
 ``NAME_anchors`` (and the SQLite file), so two runs on one machine do not drop
 each other's databases; the name must start with ``bench``. ``--only enqueue``
 measures the enqueue figures alone (a few seconds), ``--only latency`` the
-wake-up figures alone.
+wake-up figures alone, ``--only drain`` the drains of 1 and 2 processes alone.
 
 Environment: ``BENCH_PG_URL`` is the server (default
 ``postgres://postgres@127.0.0.1:5432``; the database name is replaced);
@@ -300,6 +300,7 @@ ONLY_FIGURES = {
         "copy_raw",
     ),
     "latency": ("latency",),
+    "drain": ("drain_1", "drain_2"),
 }
 
 
@@ -778,7 +779,7 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         choices=("all", *ONLY_FIGURES),
         default="all",
-        help="enqueue: the enqueue figures; latency: the wake-up figures",
+        help="enqueue: the enqueue figures; latency: the wake-up figures; drain: the drains",
     )
     parser.add_argument(
         "--runs",
