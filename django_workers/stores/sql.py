@@ -747,39 +747,41 @@ def finish_postgres(
 
 
 def _finish_sql(ends: Sequence[TaskEnd]) -> tuple[str, list[Any]]:
-    # One column array per field: the statement's text is the same for any number of
-    # ends, so psycopg parses it once per process and PostgreSQL sees one shape.
-    columns: list[list[Any]] = [[] for _ in range(10)]
+    # The ends go as one JSON array of objects, one per end: the statement's text is the
+    # same for any number of ends, so psycopg parses it once per process and PostgreSQL
+    # sees one shape; and one JSON text costs the client a fraction of what ten column
+    # arrays did (psycopg quotes an array's elements one by one, in Python).
+    rows = []
     for end in ends:
         fields = fields_of(end)
-        errors = fields.get("errors")
-        row = (
-            end.task_id,
-            end.run_id,
-            end.worker_id,
-            str(fields["status"]),
-            fields["finished_at"],
-            None if fields["result"] is None else json.dumps(fields["result"]),
-            None if fields["error"] is None else json.dumps(fields["error"]),
-            None if errors is None else json.dumps(errors),
-            str(fields["cancel_reason"]),
-            fields.get("progress"),
+        rows.append(
+            {
+                "id": end.task_id,
+                "run_id": end.run_id,
+                "worker_id": end.worker_id,
+                "status": str(fields["status"]),
+                "finished_at": fields["finished_at"].isoformat(),
+                "result": fields["result"],
+                "error": fields["error"],
+                "errors": fields.get("errors"),
+                "cancel_reason": str(fields["cancel_reason"]),
+                "progress": fields.get("progress"),
+            }
         )
-        for column, value in zip(columns, row, strict=True):
-            column.append(value)
-    return _FINISH_SQL, [*columns, TaskStatus.RUNNING.value]
+    return _FINISH_SQL, [json.dumps(rows, separators=(",", ":")), TaskStatus.RUNNING.value]
 
 
+# A key whose value is JSON null gives SQL NULL: no result, no error, errors and progress
+# as they were. The jsonb columns take their JSON values as they are.
 _FINISH_SQL = f"""
     UPDATE {TaskRecord._meta.db_table} AS t
     SET status = v.status, finished_at = v.finished_at, result = v.result,
         error = v.error, errors = COALESCE(v.errors, t.errors),
         cancel_reason = v.cancel_reason, progress = COALESCE(v.progress, t.progress)
-    FROM unnest(
-        %s::text[], %s::text[], %s::text[], %s::text[], %s::timestamptz[],
-        %s::text[]::jsonb[], %s::text[]::jsonb[], %s::text[]::jsonb[], %s::text[], %s::float8[]
-    ) AS v(id, run_id, worker_id, status, finished_at, result, error, errors,
-           cancel_reason, progress)
+    FROM json_to_recordset(%s::json) AS v(
+        id text, run_id text, worker_id text, status text, finished_at timestamptz,
+        result jsonb, error jsonb, errors jsonb, cancel_reason text, progress float8
+    )
     WHERE t.id = v.id AND t.run_id = v.run_id AND t.worker_id = v.worker_id
         AND t.status = %s
     RETURNING t.id, t.run_id
