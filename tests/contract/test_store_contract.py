@@ -32,7 +32,7 @@ from django_workers import (
     submit_tasks,
     update_progress,
 )
-from django_workers.info import LIVE_STATUSES, TERMINAL_STATUSES, TaskInfo
+from django_workers.info import LIVE_STATUSES, TERMINAL_STATUSES, TaskFailure, TaskInfo
 from django_workers.stores import ANY_RUN, Submitted, WorkerStore
 from tests.factories import NewTaskFactory
 from tests.helpers import end_record
@@ -647,6 +647,51 @@ def test_update_progress_refuses_out_of_range(store: WorkerStore, pct: Any) -> N
     with pytest.raises(InvalidTaskOptions, match="progress"):
         update_progress(running, pct, store=store)
     assert get_task_status(task_id, ALICE, store=store).progress == 0.0
+
+
+def test_ends_written_together_keep_each_ones_fields_and_what_it_leaves_out(
+    store: WorkerStore,
+) -> None:
+    runs = []
+    for n in range(3):
+        task_id = submit_task(f"k{n}", add, ALICE, args=[n, 1], store=store)
+        runs.append(update_progress(claim_one(store, task_id), 40, store=store))
+    failure = TaskFailure("builtins.ValueError", "bad \u00e9 input", "Traceback ...")
+    now = clock.now()
+    ends = [
+        # No progress, no errors: the stored ones stay.
+        lifecycle.run_end(runs[0], "w1", TaskStatus.COMPLETED, now, result="a text"),
+        lifecycle.run_end(
+            runs[1],
+            "w1",
+            TaskStatus.FAILED,
+            now,
+            error=failure.to_json(),
+            errors=[failure.to_json()],
+            progress=75.0,
+        ),
+        lifecycle.run_end(
+            runs[2],
+            "w1",
+            TaskStatus.COMPLETED,
+            now,
+            result={"a": [1, None, "\u00e9"]},
+            progress=100.0,
+        ),
+    ]
+    assert store.end_tasks(ends) == [True, True, True]
+    done, failed, whole = (get_task_status(r.id, ALICE, store=store) for r in runs)
+    assert (done.status, done.result, done.progress, done.error, done.errors) == (
+        "COMPLETED",
+        "a text",
+        40.0,
+        None,
+        (),
+    )
+    assert (failed.status, failed.result, failed.progress) == ("FAILED", None, 75.0)
+    assert (failed.error, failed.errors) == (failure, (failure,))
+    assert (whole.result, whole.progress) == ({"a": [1, None, "\u00e9"]}, 100.0)
+    assert {done.finished_at, failed.finished_at, whole.finished_at} == {now}
 
 
 def test_a_late_finish_of_a_superseded_run_changes_nothing(store: WorkerStore) -> None:
