@@ -327,13 +327,15 @@ def claim_postgres(
 
     In ``autocommit`` (no caller's transaction open) the claim is a transaction of
     its own, and its settings go first, in the same round trip: ``_OWN_COMMIT``
-    and the planner setting of ``_ordered_claim``. Inside a caller's transaction
-    they would outlive the claim, so the claim goes alone there. For queues with
+    and, for a claim of several queues (the others call ``CLAIM_FUNCTION``), the
+    planner setting of ``_ordered_claim``. Inside a caller's transaction they
+    would outlive the claim, so the claim goes alone there. For queues with
     concurrency limits, see ``claim_limited_postgres``.
     """
-    sql, params = _claim_sql(worker_id, queues, limit, now)
+    called = _claim_call(worker_id, queues, limit, now)
+    sql, params = called or _claim_sql(worker_id, queues, limit, now)
     if autocommit:
-        ordered = _ordered_claim(queues)
+        ordered = "" if called else _ordered_claim(queues)
         with _statements_cursor(connection) as cursor:
             if cursor is not None:
                 cursor.execute(_OWN_COMMIT + ordered + sql, params)
@@ -480,8 +482,9 @@ def finish_and_claim_postgres(
     if limits:
         claim_sql, claim_params, leading = _limited_claim_sql(*claim, limits)
     else:
-        ordered = _ordered_claim(claim[1])
-        claim_sql, claim_params = _claim_sql(*claim)
+        called = _claim_call(*claim)
+        ordered = "" if called else _ordered_claim(claim[1])
+        claim_sql, claim_params = called or _claim_sql(*claim)
         claim_sql, leading = ordered + claim_sql, 1 if ordered else 0
     with _statements_cursor(connection) as cursor:
         if cursor is None:
@@ -514,6 +517,29 @@ def _claim_sql(
     """
     params: list[Any] = [TaskStatus.RUNNING.value, worker_id, now, TaskStatus.PENDING.value, now]
     return sql, [*params, *_queue_params(queues), limit]
+
+
+#: The PostgreSQL function (migration 0011) that claims for a worker from every queue or
+#: from one, returning the rows it took; the server plans its statement once per session.
+CLAIM_FUNCTION = "django_workers_claim"
+#: The PostgreSQL function (migration 0011) that writes runs' ends given as a JSON array
+#: of objects (``_finish_sql``), fenced on each run id; it returns the (task id, run id)
+#: of every record it ended.
+END_FUNCTION = "django_workers_end_runs"
+
+
+def _claim_call(
+    worker_id: str, queues: Sequence[str] | None, limit: int, now: datetime
+) -> tuple[str, list[Any]] | None:
+    """``_claim_sql``'s claim as a call of ``CLAIM_FUNCTION``; None for several queues.
+
+    Its rows come as ``_RECORD_SELECT`` selects them. A claim of several queues has no
+    index in claim order and stays a statement the planner sees whole.
+    """
+    if queues and len(queues) > 1:
+        return None
+    sql = f"SELECT {_RECORD_SELECT} FROM {CLAIM_FUNCTION}(%s, %s, %s, %s) AS t"
+    return sql, [worker_id, now, limit, queues[0] if queues else None]
 
 
 def _queue_filter(queues: Sequence[str] | None) -> str:
@@ -768,24 +794,12 @@ def _finish_sql(ends: Sequence[TaskEnd]) -> tuple[str, list[Any]]:
                 "progress": fields.get("progress"),
             }
         )
-    return _FINISH_SQL, [json.dumps(rows, separators=(",", ":")), TaskStatus.RUNNING.value]
+    return _FINISH_SQL, [json.dumps(rows, separators=(",", ":"))]
 
 
 # A key whose value is JSON null gives SQL NULL: no result, no error, errors and progress
 # as they were. The jsonb columns take their JSON values as they are.
-_FINISH_SQL = f"""
-    UPDATE {TaskRecord._meta.db_table} AS t
-    SET status = v.status, finished_at = v.finished_at, result = v.result,
-        error = v.error, errors = COALESCE(v.errors, t.errors),
-        cancel_reason = v.cancel_reason, progress = COALESCE(v.progress, t.progress)
-    FROM json_to_recordset(%s::json) AS v(
-        id text, run_id text, worker_id text, status text, finished_at timestamptz,
-        result jsonb, error jsonb, errors jsonb, cancel_reason text, progress float8
-    )
-    WHERE t.id = v.id AND t.run_id = v.run_id AND t.worker_id = v.worker_id
-        AND t.status = %s
-    RETURNING t.id, t.run_id
-"""
+_FINISH_SQL = f"SELECT ended_id, ended_run_id FROM {END_FUNCTION}(%s::json)"
 
 
 def lock_and_finish_postgres(
@@ -858,8 +872,9 @@ def commit_workflows_postgres(
         params += values
     ordered = ""
     if claim is not None:
-        sql, values = _claim_sql(*claim)
-        ordered = _ordered_claim(claim[1])
+        called = _claim_call(*claim)
+        sql, values = called or _claim_sql(*claim)
+        ordered = "" if called else _ordered_claim(claim[1])
         statements.append(ordered + sql)
         params += values
     statements.append("COMMIT")

@@ -2,8 +2,9 @@
 
 With statistics of an empty table (a new site, or one whose retention deleted
 every task) the planner read and sorted every pending row at each claim until
-autoanalyze caught up. The store sends the claim of every queue, or of one,
-after turning sorting off for its transaction.
+autoanalyze caught up. The claim of every queue, or of one, calls the claim
+function, which runs its statement with sorting off and one generic plan; the
+tests plan that statement as the function does.
 
 A claim that is a transaction of its own also commits without waiting for the
 disk; every write that ends a run still waits.
@@ -11,6 +12,7 @@ disk; every write that ends a run still waits.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -20,6 +22,7 @@ from django.db import connection, transaction
 from django_workers import TaskStatus, clock, lifecycle
 from django_workers.models import TaskRecord
 from django_workers.stores.database import DatabaseWorkerStore
+from django_workers.stores.sql import CLAIM_FUNCTION
 from tests.factories import NewTaskFactory
 
 pytestmark = [
@@ -58,19 +61,39 @@ def sent() -> Iterator[Sent]:
 
 def claim_statement(sent: Sent) -> tuple[str, str, Any]:
     """What was sent before the claim in its query (or ""), the claim, its parameters."""
-    sql, params = next((s, p) for s, p in sent if "FOR UPDATE SKIP LOCKED" in s)
+    sql, params = next(
+        (s, p) for s, p in sent if "FOR UPDATE SKIP LOCKED" in s or CLAIM_FUNCTION in s
+    )
     before, _, claim = sql.rpartition(";\n")
     return before, claim, list(params)[-claim.count("%s") :]
 
 
-def plan_of(before: str, claim: str, params: Any) -> str:
-    """The plan the claim ran with, in the same transaction as what preceded it."""
+def function_plan(queue: str | None) -> str:
+    """The plan the claim function's statement for ``queue`` runs with.
+
+    The statement is read from the function in the database, its parameters made
+    placeholders, and planned under the function's own settings as a generic plan,
+    as PL/pgSQL plans it once for a session.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT prosrc, proconfig FROM pg_proc WHERE proname = %s", [CLAIM_FUNCTION])
+        source, settings = cursor.fetchone()
+    assert set(settings) == {
+        "enable_sort=off",
+        "enable_seqscan=off",
+        "plan_cache_mode=force_generic_plan",
+    }
+    every_queue, one_queue = re.findall(r"RETURN QUERY(.*?);", source, re.S)
+    statement = every_queue if queue is None else one_queue
+    for n, name in enumerate(("p_worker", "p_now", "p_limit", "p_queue"), start=1):
+        statement = re.sub(rf"\b{name}\b", f"${n}", statement)
     with transaction.atomic(), connection.cursor() as cursor:
-        for statement in before.split(";\n") if before else []:
-            if not statement.lstrip().startswith("UPDATE"):  # the ends: nothing to end here
-                cursor.execute(statement)
-        cursor.execute(f"EXPLAIN {claim}", params)
+        for setting in settings:
+            cursor.execute("SELECT set_config(%s, %s, true)", setting.split("="))
+        cursor.execute(f"PREPARE claim_plan(text, timestamptz, integer, text) AS {statement}")
+        cursor.execute("EXPLAIN EXECUTE claim_plan('w1', now(), 10, %s)", [queue])
         plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("DEALLOCATE claim_plan")
         transaction.set_rollback(True)
     return plan
 
@@ -84,11 +107,14 @@ def test_a_claim_takes_rows_in_index_order_with_statistics_of_an_empty_queue(
 ) -> None:
     assert len(store.claim("w1", queues, 10, clock.now())) == 10
 
-    before, claim, params = claim_statement(sent)
-    assert before.endswith(ORDERED)
-    plan = plan_of(before, claim, params)
+    _before, claim, _params = claim_statement(sent)
+    assert CLAIM_FUNCTION in claim
+    plan = function_plan(queues[0] if queues else None)
     assert "Sort" not in plan
     assert f"Index Scan using {index} " in plan
+    # The rows are then updated through the primary key, not a join over the table.
+    assert "Seq Scan" not in plan
+    assert "django_workers_taskrecord_pkey" in plan
 
 
 def test_the_refill_after_ends_is_ordered_the_same_way(
@@ -101,9 +127,8 @@ def test_the_refill_after_ends_is_ordered_the_same_way(
     won, claimed = store.end_and_claim(ends, "w1", None, 3, clock.now())
 
     assert (won, len(claimed)) == ([True] * 3, 3)
-    before, claim, params = claim_statement(sent)
-    assert before.endswith(ORDERED)
-    assert "Sort" not in plan_of(before, claim, params)
+    _before, claim, _params = claim_statement(sent)
+    assert CLAIM_FUNCTION in claim  # whose plan the test above reads
 
 
 def test_a_claim_of_several_queues_is_left_to_the_planner(
@@ -112,7 +137,8 @@ def test_a_claim_of_several_queues_is_left_to_the_planner(
     # No index holds several queues' rows in claim order; the setting would make the
     # planner walk every pending row of the other queues instead.
     assert len(store.claim("w1", ["default", "other"], 10, clock.now())) == 10
-    before, _claim, _params = claim_statement(sent)
+    before, claim, _params = claim_statement(sent)
+    assert CLAIM_FUNCTION not in claim
     assert ORDERED not in before
 
 

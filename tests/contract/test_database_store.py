@@ -222,6 +222,45 @@ def test_on_postgresql_ends_and_their_refill_are_one_statement_in_one_commit() -
     assert len(queries) == 1, [q["sql"] for q in queries]
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("queues", [None, ["mail"], ["mail", "default"]])
+def test_on_postgresql_the_claim_function_takes_what_the_claim_statement_takes(
+    queues: list[str] | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The claim of every queue or of one calls a PL/pgSQL function whose statement is
+    # planned once per session; several queues keep the plain statement. Both ways must
+    # take the same rows, in claim order, and return every column and watcher alike.
+    if connection.vendor != "postgresql":
+        pytest.skip("the claim function is PostgreSQL's")
+    now = clock.now()
+    for n, (queue, priority) in enumerate(
+        [("mail", 0), ("default", 5), ("mail", 5), ("other", 9), ("default", 0), ("mail", 1)]
+    ):
+        row = TaskRecordFactory(queue=queue, priority=priority, created_at=now - timedelta(n))
+        TaskWatcherFactory(task=row, user_id=f"w{n}b")
+        TaskWatcherFactory(task=row, user_id=f"w{n}a")
+    TaskRecordFactory(queue="mail", priority=9, run_after=now + timedelta(hours=1))
+    TaskRecordFactory(queue="mail", priority=9, status=TaskStatus.RUNNING.value)
+
+    def claim(through_function: bool) -> list[dict[str, Any]]:
+        if not through_function:
+            monkeypatch.setattr(sql, "_claim_call", lambda *claim: None)
+        with transaction.atomic():
+            taken = sql.claim_postgres(
+                connections["default"], "w1", queues, 3, now, autocommit=False
+            )
+            transaction.set_rollback(True)
+        return sorted(taken, key=rows.claim_order)
+
+    through_function = claim(True)
+    assert through_function == claim(False)
+    assert len(through_function) == 3
+    assert {r["status"] for r in through_function} == {TaskStatus.RUNNING.value}
+    assert all(r["worker_id"] == "w1" and r["attempts"] == 1 for r in through_function)
+    assert all(len(r["grants"]) == 2 for r in through_function)
+    assert all(queues is None or r["queue"] in queues for r in through_function)
+
+
 def test_a_task_submitted_alone_has_the_fresh_columns_of_any_new_record(
     db_store: DatabaseWorkerStore,
 ) -> None:

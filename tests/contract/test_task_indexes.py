@@ -10,6 +10,7 @@ from django.db import connection
 
 from django_workers import clock
 from django_workers.models import TaskRecord, TaskWatcher
+from django_workers.stores import sql as sql_module
 from django_workers.stores.database import DatabaseWorkerStore
 from tests.factories import NewTaskFactory
 
@@ -127,9 +128,10 @@ def test_a_claim_reads_the_watchers_of_its_rows_only() -> None:
     assert [info.watchers for info in claimed] == [
         ("alice", *(f"u{n}" for n in range(1, 5001)))
     ] * 2
-    sql, params = next((s, p) for s, p in seen if "FOR UPDATE SKIP LOCKED" in s)
+    sql, params = next((s, p) for s, p in seen if sql_module.CLAIM_FUNCTION in s)
     with connection.cursor() as cursor:
-        # As in a claim outside a transaction: sorting off (for the claim index's order).
+        # As in a claim outside a transaction: sorting off (for the claim index's order;
+        # the function turns it off for its own statement, the watchers are read outside).
         cursor.execute("SELECT set_config('enable_sort', 'off', true)")
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         plan = cursor.fetchone()[0][0]["Plan"]
