@@ -469,6 +469,11 @@ class DatabaseWorkerStore(WorkerStore):
             # A plain read first: an idle poll takes no lock and writes nothing (and on
             # SQLite does not take its one write lock).
             return []
+        if self.vendor == "sqlite" and not limits:
+            with self._atomic():
+                found = sql.claim_sqlite(connections[self.using], worker_id, queues, limit, now)
+            found.sort(key=rows.claim_order)
+            return [rows.info_of(r, r.pop("grants")) for r in found]
         if self.vendor == "postgresql" and self._autocommit():
             claimed_rows = sql.claim_limited_postgres(
                 connections[self.using], (worker_id, queues, limit, now), limits

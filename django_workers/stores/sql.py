@@ -326,25 +326,64 @@ def claim_postgres(
     """Claim up to ``limit`` ready rows in one statement; rows come back as column dicts.
 
     In ``autocommit`` (no caller's transaction open) the claim is a transaction of
-    its own, and its settings go first, in the same round trip: ``_OWN_COMMIT``
-    and, for a claim of several queues (the others call ``CLAIM_FUNCTION``), the
-    planner setting of ``_ordered_claim``. Inside a caller's transaction they
-    would outlive the claim, so the claim goes alone there. For queues with
-    concurrency limits, see ``claim_limited_postgres``.
+    its own, and ``_OWN_COMMIT`` goes first, in the same round trip. Inside a
+    caller's transaction it would outlive the claim, so the claim goes alone
+    there. For queues with concurrency limits, see ``claim_limited_postgres``.
     """
-    called = _claim_call(worker_id, queues, limit, now)
-    sql, params = called or _claim_sql(worker_id, queues, limit, now)
+    sql, params = _claim(worker_id, queues, limit, now)
     if autocommit:
-        ordered = "" if called else _ordered_claim(queues)
         with _statements_cursor(connection) as cursor:
             if cursor is not None:
-                cursor.execute(_OWN_COMMIT + ordered + sql, params)
-                for _ in range(2 if ordered else 1):
-                    cursor.nextset()
+                cursor.execute(_OWN_COMMIT + sql, params)
+                cursor.nextset()
                 return _records(cursor.fetchall())
     with kept_cursor(connection) as cursor:
         cursor.execute(sql, params)
         return _records(cursor.fetchall())
+
+
+def claim_sqlite(
+    connection: BaseDatabaseWrapper,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    limit: int,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """Claim up to ``limit`` ready rows on SQLite: two statements, no ORM query built.
+
+    One ``UPDATE ... RETURNING`` takes the ready rows in claim order and returns
+    their ids (SQLite has one writer, so the rows it reads as PENDING are the rows it
+    updates), then one read returns them with their watchers. For the caller's
+    transaction: the store's write transaction, which holds SQLite's write lock.
+    Building the ORM's three queries for each claim was most of a claim's time.
+    """
+    table = TaskRecord._meta.db_table
+    at = connection.ops.adapt_datetimefield_value(now)
+    queue_filter = f"AND queue IN ({', '.join(['%s'] * len(queues))})" if queues else ""
+    update = f"""
+        UPDATE {table}
+        SET status = %s, worker_id = %s, started_at = MAX(%s, created_at),
+            attempts = attempts + 1
+        WHERE id IN (
+            SELECT id FROM {table}
+            WHERE status = %s AND (run_after IS NULL OR run_after <= %s) {queue_filter}
+            ORDER BY {_CLAIM_ORDER_SQL}
+            LIMIT %s
+        )
+        RETURNING id
+    """
+    params = [TaskStatus.RUNNING.value, worker_id, at, TaskStatus.PENDING.value, at]
+    with connection.cursor() as cursor:
+        cursor.execute(update, [*params, *(queues or ()), limit])
+        ids = [task_id for (task_id,) in cursor.fetchall()]
+        if not ids:
+            return []
+        cursor.execute(
+            f"SELECT {_RECORD_SELECT_SQLITE} FROM {table} t "
+            f"WHERE t.id IN ({', '.join(['%s'] * len(ids))})",
+            ids,
+        )
+        return _records(cursor.fetchall(), _sqlite_datetimes(connection))
 
 
 #: Sent first in a claim that is a transaction of its own: its commit does not wait for
@@ -482,10 +521,8 @@ def finish_and_claim_postgres(
     if limits:
         claim_sql, claim_params, leading = _limited_claim_sql(*claim, limits)
     else:
-        called = _claim_call(*claim)
-        ordered = "" if called else _ordered_claim(claim[1])
-        claim_sql, claim_params = called or _claim_sql(*claim)
-        claim_sql, leading = ordered + claim_sql, 1 if ordered else 0
+        claim_sql, claim_params = _claim(*claim)
+        leading = 0
     with _statements_cursor(connection) as cursor:
         if cursor is None:
             return None
@@ -528,16 +565,17 @@ CLAIM_FUNCTION = "django_workers_claim"
 END_FUNCTION = "django_workers_end_runs"
 
 
-def _claim_call(
+def _claim(
     worker_id: str, queues: Sequence[str] | None, limit: int, now: datetime
-) -> tuple[str, list[Any]] | None:
-    """``_claim_sql``'s claim as a call of ``CLAIM_FUNCTION``; None for several queues.
+) -> tuple[str, list[Any]]:
+    """A claim of queues without limits: one statement, its rows as ``_RECORD_SELECT``'s.
 
-    Its rows come as ``_RECORD_SELECT`` selects them. A claim of several queues has no
-    index in claim order and stays a statement the planner sees whole.
+    Every queue or one: a call of ``CLAIM_FUNCTION``, which takes the rows in claim
+    order from the PENDING index with sorting off. Several queues have no index in
+    that order: ``_claim_sql``'s statement, which the planner sees whole.
     """
     if queues and len(queues) > 1:
-        return None
+        return _claim_sql(worker_id, queues, limit, now)
     sql = f"SELECT {_RECORD_SELECT} FROM {CLAIM_FUNCTION}(%s, %s, %s, %s) AS t"
     return sql, [worker_id, now, limit, queues[0] if queues else None]
 
@@ -559,8 +597,8 @@ def _queue_params(queues: Sequence[str] | None) -> list[Any]:
 _RECORD_COLUMNS_SQL = ", ".join(f"t.{c}" for c in _COLUMNS)
 #: A record as the claims and the reads of tasks select it (the table as ``t``): its
 #: columns, then its watchers (``_records`` decodes it).
-#: The watchers are an ordered aggregate, not ``ARRAY(... ORDER BY w.id)``: a claim
-#: turns sorting off for its transaction (``_ordered_claim``), and the planner then
+#: The watchers are an ordered aggregate, not ``ARRAY(... ORDER BY w.id)``: a limited
+#: claim turns sorting off for its transaction (``_ordered_claim``), and the planner then
 #: read the watchers in id order through their primary key, filtering on the task, a
 #: scan of the whole watchers table for each claimed row (48 ms a row at 258,000
 #: watchers). An aggregate orders its own input: the task's index serves it.
@@ -585,7 +623,7 @@ _DATETIME_AT = [i for i, name in enumerate(_FIELDS) if name in DATETIME_COLUMNS]
 
 
 def _ordered_claim(queues: Sequence[str] | None) -> str:
-    """The statement to send before a claim of every queue or of one, in its transaction.
+    """The statement to send before a limited claim of every queue or of one, in its transaction.
 
     With sorting disabled for the rest of the transaction, the planner takes the
     rows from the index of PENDING rows (or of one queue's) in claim order and
@@ -593,7 +631,8 @@ def _ordered_claim(queues: Sequence[str] | None) -> str:
     table (a new site, or one whose retention had deleted every task, until
     autoanalyze runs again after a burst) it read and sorted every pending row at
     each claim instead: 9 ms instead of 0.1 ms at 10,000 pending. Several queues
-    have no index in that order, so they are left to the planner.
+    have no index in that order, so they are left to the planner. (``CLAIM_FUNCTION``
+    turns sorting off for its own statement.)
     """
     if queues and len(queues) > 1:
         return ""
@@ -870,12 +909,9 @@ def commit_workflows_postgres(
         sql, values = _save_workflow_sql(connection, workflow_id, fields, promote)
         statements.append(sql)
         params += values
-    ordered = ""
     if claim is not None:
-        called = _claim_call(*claim)
-        sql, values = called or _claim_sql(*claim)
-        ordered = "" if called else _ordered_claim(claim[1])
-        statements.append(ordered + sql)
+        sql, values = _claim(*claim)
+        statements.append(sql)
         params += values
     statements.append("COMMIT")
     with kept_cursor(connection) as cursor:
@@ -883,8 +919,6 @@ def commit_workflows_postgres(
         if claim is None:
             return []
         for _ in saves:
-            cursor.nextset()
-        if ordered:
             cursor.nextset()
         return _records(cursor.fetchall())
 

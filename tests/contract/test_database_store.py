@@ -223,13 +223,19 @@ def test_on_postgresql_ends_and_their_refill_are_one_statement_in_one_commit() -
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("queues", [None, ["mail"], ["mail", "default"]])
+@pytest.mark.parametrize(
+    ("queues", "taken"),
+    [
+        (None, [("other", 9), ("mail", 5), ("default", 5)]),
+        (["mail"], [("mail", 5), ("mail", 1), ("mail", 0)]),
+    ],
+)
 def test_on_postgresql_the_claim_function_takes_what_the_claim_statement_takes(
-    queues: list[str] | None, monkeypatch: pytest.MonkeyPatch
+    queues: list[str] | None, taken: list[tuple[str, int]]
 ) -> None:
     # The claim of every queue or of one calls a PL/pgSQL function whose statement is
-    # planned once per session; several queues keep the plain statement. Both ways must
-    # take the same rows, in claim order, and return every column and watcher alike.
+    # planned once per session. It must take what the plain statement takes, in claim
+    # order, and return every column and watcher alike.
     if connection.vendor != "postgresql":
         pytest.skip("the claim function is PostgreSQL's")
     now = clock.now()
@@ -242,23 +248,21 @@ def test_on_postgresql_the_claim_function_takes_what_the_claim_statement_takes(
     TaskRecordFactory(queue="mail", priority=9, run_after=now + timedelta(hours=1))
     TaskRecordFactory(queue="mail", priority=9, status=TaskStatus.RUNNING.value)
 
-    def claim(through_function: bool) -> list[dict[str, Any]]:
-        if not through_function:
-            monkeypatch.setattr(sql, "_claim_call", lambda *claim: None)
-        with transaction.atomic():
-            taken = sql.claim_postgres(
-                connections["default"], "w1", queues, 3, now, autocommit=False
-            )
+    def claim(statement: tuple[str, list[Any]]) -> list[dict[str, Any]]:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(*statement)
+            claimed = sql._records(cursor.fetchall())
             transaction.set_rollback(True)
-        return sorted(taken, key=rows.claim_order)
+        return sorted(claimed, key=rows.claim_order)
 
-    through_function = claim(True)
-    assert through_function == claim(False)
-    assert len(through_function) == 3
+    call = sql._claim("w1", queues, 3, now)
+    assert sql.CLAIM_FUNCTION in call[0]
+    through_function = claim(call)
+    assert through_function == claim(sql._claim_sql("w1", queues, 3, now))
+    assert [(r["queue"], r["priority"]) for r in through_function] == taken
     assert {r["status"] for r in through_function} == {TaskStatus.RUNNING.value}
     assert all(r["worker_id"] == "w1" and r["attempts"] == 1 for r in through_function)
-    assert all(len(r["grants"]) == 2 for r in through_function)
-    assert all(queues is None or r["queue"] in queues for r in through_function)
+    assert [len(r["grants"]) for r in through_function] == [2, 2, 2]
 
 
 def test_a_task_submitted_alone_has_the_fresh_columns_of_any_new_record(

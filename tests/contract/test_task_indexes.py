@@ -89,7 +89,9 @@ def test_sqlite_claims_through_the_partial_index_with_bound_parameters() -> None
 
     with connection.execute_wrapper(keep):
         assert len(store.claim("w1", None, 2, clock.now())) == 2
-    sql, params = next((s, p) for s, p in seen if s.startswith("SELECT") and "ORDER BY" in s)
+    # The claim's UPDATE, whose rows come from a subquery in claim order.
+    sql, params = next((s, p) for s, p in seen if "ORDER BY" in s)
+    assert sql.lstrip().startswith("UPDATE")
     with connection.cursor() as cursor:
         cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
         plan = " ".join(str(row[-1]) for row in cursor.fetchall())
