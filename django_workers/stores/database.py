@@ -93,6 +93,12 @@ def _one_writer[Method: Callable[..., Any]](method: Method) -> Method:
     return one_writer  # type: ignore[return-value]
 
 
+def _claimed(found: list[dict[str, Any]]) -> list[TaskInfo]:
+    """Claimed records with their watchers under ``grants``, as snapshots in claim order."""
+    found.sort(key=rows.claim_order)
+    return [rows.info_of(r, r.pop("grants")) for r in found]
+
+
 def _newest_page(found: Sequence[dict[str, Any]], offset: int, limit: int) -> list[dict[str, Any]]:
     """A page of a user's owned and watched rows, newest first, each row once."""
     merged = {row["id"]: row for row in found}
@@ -463,8 +469,7 @@ class DatabaseWorkerStore(WorkerStore):
                 now,
                 autocommit=self._autocommit(),
             )
-            found.sort(key=rows.claim_order)
-            return [rows.info_of(r, r.pop("grants")) for r in found]
+            return _claimed(found)
         if not sql.any_ready(connections[self.using], queues, now):
             # A plain read first: an idle poll takes no lock and writes nothing (and on
             # SQLite does not take its one write lock).
@@ -472,15 +477,13 @@ class DatabaseWorkerStore(WorkerStore):
         if self.vendor == "sqlite" and not limits:
             with self._atomic():
                 found = sql.claim_sqlite(connections[self.using], worker_id, queues, limit, now)
-            found.sort(key=rows.claim_order)
-            return [rows.info_of(r, r.pop("grants")) for r in found]
+            return _claimed(found)
         if self.vendor == "postgresql" and self._autocommit():
             claimed_rows = sql.claim_limited_postgres(
                 connections[self.using], (worker_id, queues, limit, now), limits
             )
             if claimed_rows is not None:
-                claimed_rows.sort(key=rows.claim_order)
-                return [rows.info_of(r, r.pop("grants")) for r in claimed_rows]
+                return _claimed(claimed_rows)
         self._make_queue_locks(limits)
         with self._atomic():
             free = self._lock_limited_queues(queues, queue_limits or {})
@@ -587,8 +590,7 @@ class DatabaseWorkerStore(WorkerStore):
             )
             if written is not None:
                 won, claimed = written
-                claimed.sort(key=rows.claim_order)
-                return won, [rows.info_of(r, r.pop("grants")) for r in claimed]
+                return won, _claimed(claimed)
         if limit > 0 and self._one_transaction(ends):
             # One commit for both; a failure stores neither, and the caller retries
             # the ends alone.

@@ -302,16 +302,21 @@ def any_ready(connection: BaseDatabaseWrapper, queues: Sequence[str] | None, now
     0.2 ms.
     """
     table = _q(connection, TaskRecord._meta.db_table)
-    queue_filter = f"AND queue IN ({', '.join(['%s'] * len(queues))})" if queues else ""
+    ready, params = _ready(connection, queues, now)
     order = f"ORDER BY {_CLAIM_ORDER_SQL} " if connection.vendor == "postgresql" else ""
-    sql = (
-        f"SELECT 1 FROM {table} WHERE status = %s AND (run_after IS NULL OR run_after <= %s) "
-        f"{queue_filter} {order}LIMIT 1"
-    )
-    params = [TaskStatus.PENDING.value, connection.ops.adapt_datetimefield_value(now)]
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *(queues or ())])
+        cursor.execute(f"SELECT 1 FROM {table} WHERE {ready} {order}LIMIT 1", params)
         return cursor.fetchone() is not None
+
+
+def _ready(
+    connection: BaseDatabaseWrapper, queues: Sequence[str] | None, now: datetime
+) -> tuple[str, list[Any]]:
+    """The condition of a ready row (pending, due, in ``queues``), and its parameters."""
+    queue_filter = f" AND queue IN ({', '.join(['%s'] * len(queues))})" if queues else ""
+    at = connection.ops.adapt_datetimefield_value(now)
+    sql = f"status = %s AND (run_after IS NULL OR run_after <= %s){queue_filter}"
+    return sql, [TaskStatus.PENDING.value, at, *(queues or ())]
 
 
 def claim_postgres(
@@ -359,22 +364,19 @@ def claim_sqlite(
     """
     table = TaskRecord._meta.db_table
     at = connection.ops.adapt_datetimefield_value(now)
-    queue_filter = f"AND queue IN ({', '.join(['%s'] * len(queues))})" if queues else ""
+    ready, ready_params = _ready(connection, queues, now)
     update = f"""
         UPDATE {table}
         SET status = %s, worker_id = %s, started_at = MAX(%s, created_at),
             attempts = attempts + 1
         WHERE id IN (
-            SELECT id FROM {table}
-            WHERE status = %s AND (run_after IS NULL OR run_after <= %s) {queue_filter}
-            ORDER BY {_CLAIM_ORDER_SQL}
-            LIMIT %s
+            SELECT id FROM {table} WHERE {ready} ORDER BY {_CLAIM_ORDER_SQL} LIMIT %s
         )
         RETURNING id
     """
-    params = [TaskStatus.RUNNING.value, worker_id, at, TaskStatus.PENDING.value, at]
+    params = [TaskStatus.RUNNING.value, worker_id, at, *ready_params, limit]
     with connection.cursor() as cursor:
-        cursor.execute(update, [*params, *(queues or ()), limit])
+        cursor.execute(update, params)
         ids = [task_id for (task_id,) in cursor.fetchall()]
         if not ids:
             return []
