@@ -254,6 +254,32 @@ def latency(path: str, samples: int, gap: list[float], timeout: float) -> dict[s
     return common.measure_latency(submit, path, samples, (gap[0], gap[1]), timeout)
 
 
+def latency_floor(path: str, samples: int, gap: list[float], timeout: float) -> dict[str, Any]:
+    """The wake-up's floor: probes submitted by a bare insert-function call (PostgreSQL).
+
+    ``benchmarks.wake_floor``, which run.py started in place of a worker, claims
+    them. Each probe's id is its tag, which that process writes to ``path``
+    with the time its claim returned. The cursor binds its values on the
+    server, as ``submit_task``'s does; the row is a probe's, with no arguments.
+    """
+    if connection.vendor != "postgresql":
+        return {"unsupported": True}
+    connection.ensure_connection()
+    raw = connection.connection
+    statement = (
+        "SELECT django_workers_insert_task(%s, %s, NULL, 'global', 'benchmarks.tasks.probe', "
+        "'[]', '{}', 'default', 0, NULL, '{}', 'PENDING', %s, NULL, NULL, now())"
+    )
+
+    cursor = raw.cursor()  # one cursor for every probe, as submit_task keeps its own
+
+    def submit(_path: str, tag: str) -> None:
+        cursor.execute(statement, (tag, tag, uuid.uuid4().hex))
+
+    with cursor:
+        return common.measure_latency(submit, path, samples, (gap[0], gap[1]), timeout)
+
+
 ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "migrate": migrate,
     "reset": reset,
@@ -263,6 +289,7 @@ ACTIONS: dict[str, Callable[..., dict[str, Any]]] = {
     "prefill": prefill,
     "drain_stats": drain_stats,
     "latency": latency,
+    "latency_floor": latency_floor,
 }
 
 if __name__ == "__main__":

@@ -23,6 +23,10 @@ Figures, each the median of 3 runs (1 with --quick):
   i.e. without process start-up);
 - enqueue -> start latency on an idle, already running worker: one probe task
   at a time, spaced out; the probe writes ``time.time()`` when it starts;
+  on PostgreSQL, right after ours in each round, its floor: the same probes
+  submitted by a bare call of the insert function and claimed by
+  ``benchmarks/wake_floor.py`` on the connection that received the NOTIFY,
+  without Django or the worker (the time its claim returned);
 - worker CPU per task: user+sys time of the worker processes (from
   ``wait4``) during the drain, less the CPU of starting and stopping an idle
   worker, divided by the task count; and the whole machine's CPU per task.
@@ -282,6 +286,33 @@ def measure_latency(target: Target, sizes: Sizes, run: int) -> dict[str, Any]:
     return answer
 
 
+def measure_latency_floor(target: Target, sizes: Sizes, run: int) -> dict[str, Any]:
+    """The wake-up's floor on PostgreSQL: ``benchmarks.wake_floor`` in place of a worker.
+
+    The same probes, gaps and samples as ``measure_latency``; the submit is a
+    bare call of the insert function and the claim is made on the connection
+    that received the NOTIFY, with nothing of the worker's around it.
+    """
+    if target.key != "workers-pg":
+        return {"unsupported": True}
+    reset_and_settle(target)
+    WORK.mkdir(parents=True, exist_ok=True)
+    probe = WORK / f"floor-{target.key}-{run}.txt"
+    log = LOGS / f"{target.key}-latency-floor-{run}.log"
+    proc = spawn(target, [target.python, "-m", "benchmarks.wake_floor", str(probe)], log)
+    try:
+        return drive(
+            target,
+            "latency_floor",
+            path=str(probe),
+            samples=sizes.latency_fast,
+            gap=[0.02, 0.05],
+            timeout=15.0,
+        )
+    finally:
+        stop(proc)
+
+
 # -- the run ---------------------------------------------------------------------------
 
 
@@ -299,7 +330,7 @@ ONLY_FIGURES = {
         "enqueue_bulk",
         "copy_raw",
     ),
-    "latency": ("latency",),
+    "latency": ("latency", "latency_floor"),
     "drain": ("drain_1", "drain_2"),
 }
 
@@ -337,7 +368,11 @@ def run_all(targets: list[Target], sizes: Sizes, only: str = "all") -> dict[str,
         ],
         [("drain_1", lambda t, r: measure_drain(t, sizes.drain, 1, r))],
         [("drain_2", lambda t, r: measure_drain(t, sizes.drain, 2, r))],
-        [("latency", lambda t, r: measure_latency(t, sizes, r))],
+        # The floor right after ours, in the same round: the machine's state of that moment.
+        [
+            ("latency", lambda t, r: measure_latency(t, sizes, r)),
+            ("latency_floor", lambda t, r: measure_latency_floor(t, sizes, r)),
+        ],
     ]
     if only != "all":
         phases = [
@@ -427,8 +462,10 @@ def summarize(targets: list[Target], data: dict[str, Any], sizes: Sizes) -> dict
                 [a["machine_cpu"] * 1000 / a["count"] for a in runs]
             )
         latency = raw.get("latency", [])
+        floor = [a for a in raw.get("latency_floor", []) if not a.get("unsupported")]
         for pct in ("p50", "p95", "p99"):
             figures[f"latency_{pct}_ms"] = median([a[f"{pct}_ms"] for a in latency])
+            figures[f"latency_floor_{pct}_ms"] = median([a[f"{pct}_ms"] for a in floor])
         figures["latency_samples"] = sum(a["samples"] for a in latency)
         figures["latency_missing"] = sum(a["missing"] for a in latency)
         summary[target.key] = figures
@@ -471,8 +508,8 @@ def table_rows(
     rate = lambda s, k: fmt_rate(s[k])  # noqa: E731
     cpu = lambda s, k: fmt_ms(s[k])  # noqa: E731
 
-    def lat(s: dict[str, Any], _k: str) -> str:
-        return " / ".join(fmt_ms(s[f"latency_{p}_ms"]) for p in ("p50", "p95", "p99"))
+    def lat(s: dict[str, Any], k: str) -> str:
+        return " / ".join(fmt_ms(s[f"{k}_{p}_ms"]) for p in ("p50", "p95", "p99"))
 
     rows = [
         row(f"drain {n} queued, 1 process", rate, "drain_1_per_s", "≥ 1,500/s"),
@@ -505,7 +542,13 @@ def table_rows(
             "≥ 25,000/s, ≥ 2x batch_defer, ≥ 75% of COPY",
         ),
         row("  raw COPY of the same rows (the floor)", rate, "copy_raw_per_s"),
-        row("enqueue → start, idle worker, p50 / p95 / p99 (ms)", lat, "", "≤ 3 / - / ≤ 6 ms"),
+        row(
+            "enqueue → start, idle worker, p50 / p95 / p99 (ms)",
+            lat,
+            "latency",
+            "≤ 3 / - / ≤ 6 ms",
+        ),
+        row("  the same round trips, bare psycopg (the floor)", lat, "latency_floor"),
         row(
             "worker CPU per task, 1 process (ms)", cpu, "drain_1_worker_cpu_ms_per_task", "≤ 0.5 ms"
         ),
@@ -689,6 +732,14 @@ def verdicts(summary: dict[str, Any], raw: dict[str, Any] | None = None) -> list
         lines.append(
             f"- enqueue → start p50: {fmt_ms(ours_p50)} ms vs Procrastinate's {fmt_ms(theirs)} ms "
             f"(target: beat it): {'met' if ours_p50 < theirs else 'NOT met'}"
+        )
+    floor = ours.get("latency_floor_p50_ms", float("nan"))
+    if floor == floor and ours["latency_p50_ms"] == ours["latency_p50_ms"]:
+        over = ours["latency_p50_ms"] - floor
+        lines.append(
+            f"- enqueue → start p50: {fmt_ms(ours['latency_p50_ms'])} ms, {over:.2f} ms over "
+            f"the floor's {fmt_ms(floor)} ms (the same round trips without Django or the "
+            f"worker; no target){' (the floor itself is over 3 ms)' if floor > 3 else ''}"
         )
     return lines + enqueue_verdicts(summary, raw)
 
