@@ -49,15 +49,19 @@ def main(argv: list[str]) -> int:
     with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
         conn.execute("LISTEN django_workers")
         cursor = psycopg.ClientCursor(conn)
-        while not stopped:
-            # Leave the generator before claiming: it holds the connection. A NOTIFY
-            # that arrives during the claim waits in psycopg for the next call.
-            if not list(conn.notifies(timeout=0.5, stop_after=1)):
-                continue
+
+        def claim() -> None:
             cursor.execute(CLAIM, (WORKER_ID,))
             cursor.nextset()
             for (task_id,) in cursor.fetchall():
                 record_start(path, task_id)
+
+        claim()  # a probe submitted before the LISTEN took effect
+        while not stopped:
+            # Leave the generator before claiming: it holds the connection. (Probes
+            # come one at a time, so no NOTIFY is due while a claim runs.)
+            if list(conn.notifies(timeout=0.5, stop_after=1)):
+                claim()
     return 0
 
 
