@@ -266,8 +266,10 @@ def latency_floor(path: str, samples: int, gap: list[float], timeout: float) -> 
         return {"unsupported": True}
     connection.ensure_connection()
     raw = connection.connection
+    from django_workers.stores.sql import INSERT_FUNCTION
+
     statement = (
-        "SELECT django_workers_insert_task(%s, %s, NULL, 'global', 'benchmarks.tasks.probe', "
+        f"SELECT {INSERT_FUNCTION}(%s, %s, NULL, 'global', 'benchmarks.tasks.probe', "
         "'[]', '{}', 'default', 0, NULL, '{}', 'PENDING', %s, NULL, NULL, now())"
     )
 

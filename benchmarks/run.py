@@ -66,6 +66,7 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -265,11 +266,6 @@ def settle_database(db: str, db_url: str, limit: float = 60.0) -> None:
 
 def measure_latency(target: Target, sizes: Sizes, run: int) -> dict[str, Any]:
     """Start one worker, let it go idle, then time one probe task at a time."""
-    reset_and_settle(target)
-    WORK.mkdir(parents=True, exist_ok=True)
-    probe = WORK / f"probe-{target.key}-{run}.txt"
-    log = LOGS / f"{target.key}-latency-{run}.log"
-    proc = spawn(target, target.worker_command(burst=False), log)
     # A random wait between samples; for a polling worker it spans a whole poll
     # period, so the samples meet its poll at every phase, not always the same one.
     if target.poll is None:
@@ -277,13 +273,8 @@ def measure_latency(target: Target, sizes: Sizes, run: int) -> dict[str, Any]:
     else:
         gap = [0.02, 0.02 + target.poll]
         samples = min(sizes.latency_fast, max(8, int(sizes.latency_poll_budget / target.poll)))
-    try:
-        answer = drive(target, "latency", path=str(probe), samples=samples, gap=gap, timeout=15.0)
-    finally:
-        code, _cpu = stop(proc)
-    if code not in (0, -signal.SIGTERM, 1):
-        say(f"note: {target.label} worker exited with {code} after SIGTERM (see {log})")
-    return answer
+    command = target.worker_command(burst=False)
+    return time_probes(target, run, "latency", lambda _probe: command, samples, gap)
 
 
 def measure_latency_floor(target: Target, sizes: Sizes, run: int) -> dict[str, Any]:
@@ -295,22 +286,39 @@ def measure_latency_floor(target: Target, sizes: Sizes, run: int) -> dict[str, A
     """
     if target.key != "workers-pg":
         return {"unsupported": True}
+
+    def command(probe: Path) -> list[str]:
+        return [target.python, "-m", "benchmarks.wake_floor", str(probe)]
+
+    return time_probes(target, run, "latency_floor", command, sizes.latency_fast, [0.02, 0.05])
+
+
+def time_probes(
+    target: Target,
+    run: int,
+    action: str,
+    command: Callable[[Path], list[str]],
+    samples: int,
+    gap: list[float],
+) -> dict[str, Any]:
+    """Start ``command(probe file)``, then let the driver's ``action`` time its probes.
+
+    The process runs from an emptied, settled database until the driver's answer,
+    then is stopped; an exit other than the stop's own is reported.
+    """
     reset_and_settle(target)
     WORK.mkdir(parents=True, exist_ok=True)
-    probe = WORK / f"floor-{target.key}-{run}.txt"
-    log = LOGS / f"{target.key}-latency-floor-{run}.log"
-    proc = spawn(target, [target.python, "-m", "benchmarks.wake_floor", str(probe)], log)
+    name = action.replace("_", "-")
+    probe = WORK / f"{name}-{target.key}-{run}.txt"
+    log = LOGS / f"{target.key}-{name}-{run}.log"
+    proc = spawn(target, command(probe), log)
     try:
-        return drive(
-            target,
-            "latency_floor",
-            path=str(probe),
-            samples=sizes.latency_fast,
-            gap=[0.02, 0.05],
-            timeout=15.0,
-        )
+        answer = drive(target, action, path=str(probe), samples=samples, gap=gap, timeout=15.0)
     finally:
-        stop(proc)
+        code, _cpu = stop(proc)
+    if code not in (0, -signal.SIGTERM, 1):
+        say(f"note: {target.label} {name} process exited with {code} after SIGTERM (see {log})")
+    return answer
 
 
 # -- the run ---------------------------------------------------------------------------
