@@ -331,18 +331,20 @@ def claim_postgres(
     """Claim up to ``limit`` ready rows in one statement; rows come back as column dicts.
 
     In ``autocommit`` (no caller's transaction open) the claim is a transaction of
-    its own, and ``_OWN_COMMIT`` goes first, in the same round trip. Inside a
-    caller's transaction it would outlive the claim, so the claim goes alone
-    there. For queues with concurrency limits, see ``claim_limited_postgres``.
+    its own, whose commit need not wait for the disk (``_OWN_COMMIT``). Inside a
+    caller's transaction that setting would outlive the claim, so it is left as it
+    is there. Every queue or one: a call of ``CLAIM_RECORDS_FUNCTION`` with its
+    values bound on the server. For queues with concurrency limits, see
+    ``claim_limited_postgres``.
     """
-    sql, params = _claim(worker_id, queues, limit, now)
-    if autocommit:
+    sql, params = _claim(worker_id, queues, limit, now, own_commit=autocommit)
+    if autocommit and queues and len(queues) > 1:
         with _statements_cursor(connection) as cursor:
             if cursor is not None:
                 cursor.execute(_OWN_COMMIT + sql, params)
                 cursor.nextset()
                 return _records(cursor.fetchall())
-    with kept_cursor(connection) as cursor:
+    with kept_cursor(connection, bound=True) as cursor:
         cursor.execute(sql, params)
         return _records(cursor.fetchall())
 
@@ -565,21 +567,32 @@ CLAIM_FUNCTION = "django_workers_claim"
 #: of objects (``_finish_sql``), fenced on each run id; it returns the (task id, run id)
 #: of every record it ended.
 END_FUNCTION = "django_workers_end_runs"
+#: The PostgreSQL function (migration 0012) that claims through ``CLAIM_FUNCTION`` and
+#: returns the rows as ``_RECORD_SELECT`` selects them: the statement around the claim
+#: is planned once per session instead of at every claim.
+CLAIM_RECORDS_FUNCTION = "django_workers_claim_records"
 
 
 def _claim(
-    worker_id: str, queues: Sequence[str] | None, limit: int, now: datetime
+    worker_id: str,
+    queues: Sequence[str] | None,
+    limit: int,
+    now: datetime,
+    own_commit: bool = False,
 ) -> tuple[str, list[Any]]:
     """A claim of queues without limits: one statement, its rows as ``_RECORD_SELECT``'s.
 
-    Every queue or one: a call of ``CLAIM_FUNCTION``, which takes the rows in claim
-    order from the PENDING index with sorting off. Several queues have no index in
-    that order: ``_claim_sql``'s statement, which the planner sees whole.
+    Every queue or one: a call of ``CLAIM_RECORDS_FUNCTION``, which claims through
+    ``CLAIM_FUNCTION`` (the rows in claim order from the PENDING index, sorting off)
+    and, with ``own_commit``, lets the claim's own transaction commit without
+    waiting for the disk. Several queues have no index in that order:
+    ``_claim_sql``'s statement, which the planner sees whole (``own_commit`` is then
+    the caller's to send).
     """
     if queues and len(queues) > 1:
         return _claim_sql(worker_id, queues, limit, now)
-    sql = f"SELECT {_RECORD_SELECT} FROM {CLAIM_FUNCTION}(%s, %s, %s, %s) AS t"
-    return sql, [worker_id, now, limit, queues[0] if queues else None]
+    sql = f"SELECT * FROM {CLAIM_RECORDS_FUNCTION}(%s, %s, %s, %s, %s)"
+    return sql, [worker_id, now, limit, queues[0] if queues else None, own_commit]
 
 
 def _queue_filter(queues: Sequence[str] | None) -> str:

@@ -22,7 +22,7 @@ from django.db import connection, transaction
 from django_workers import TaskStatus, clock, lifecycle
 from django_workers.models import TaskRecord
 from django_workers.stores.database import DatabaseWorkerStore
-from django_workers.stores.sql import CLAIM_FUNCTION
+from django_workers.stores.sql import CLAIM_FUNCTION, CLAIM_RECORDS_FUNCTION
 from tests.factories import NewTaskFactory
 
 pytestmark = [
@@ -174,9 +174,24 @@ def test_a_claim_of_its_own_commits_without_waiting_for_the_disk(
     limits: dict[str, int] | None,
 ) -> None:
     assert store.claim("w1", queues, 10, clock.now(), limits)
-    before, _claim, _params = claim_statement(sent)
-    assert OWN_COMMIT in before
+    before, claim, params = claim_statement(sent)
+    if CLAIM_RECORDS_FUNCTION in claim:
+        assert params[-1] is True  # p_own_commit: the function turns it off
+    else:
+        assert OWN_COMMIT in before
     assert synchronous_commit() == "on"  # for the claim's transaction only
+
+
+@pytest.mark.parametrize(("own_commit", "setting"), [(True, "off"), (False, "on")])
+def test_the_claim_records_function_turns_the_wait_off_for_its_transaction_when_told(
+    own_commit: bool, setting: str
+) -> None:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT * FROM {CLAIM_RECORDS_FUNCTION}('w1', now(), 1, NULL, %s)", [own_commit]
+        )
+        assert synchronous_commit() == setting
+    assert synchronous_commit() == "on"
 
 
 @pytest.mark.parametrize("limits", [None, {"default": 5}])
@@ -191,6 +206,7 @@ def test_the_refill_after_ends_waits_for_the_disk(
 
     assert (won, len(claimed)) == ([True] * 3, 3)
     assert not [sql for sql, _params in sent if OWN_COMMIT in sql]
+    assert not own_commit_calls(sent)
 
 
 def test_a_claim_inside_a_transaction_leaves_its_commit_alone(
@@ -200,6 +216,12 @@ def test_a_claim_inside_a_transaction_leaves_its_commit_alone(
         assert store.claim("w1", None, 10, clock.now())
         assert synchronous_commit() == "on"
     assert not [sql for sql, _params in sent if OWN_COMMIT in sql]
+    assert not own_commit_calls(sent)
+
+
+def own_commit_calls(sent: Sent) -> list[str]:
+    """The calls of the claim records function sent that told it the claim commits alone."""
+    return [sql for sql, params in sent if CLAIM_RECORDS_FUNCTION in sql and list(params)[-1]]
 
 
 def test_the_read_before_a_limited_claim_walks_the_pending_index(sent: Sent) -> None:

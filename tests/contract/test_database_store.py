@@ -251,12 +251,15 @@ def test_on_postgresql_the_claim_function_takes_what_the_claim_statement_takes(
     def claim(statement: tuple[str, list[Any]]) -> list[dict[str, Any]]:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(*statement)
+            # Named as the model's columns, then the watchers: a column added to the
+            # table needs a new version of the claim records function.
+            assert [c.name for c in cursor.description][:-1] == sql._COLUMNS
             claimed = sql._records(cursor.fetchall())
             transaction.set_rollback(True)
         return sorted(claimed, key=rows.claim_order)
 
     call = sql._claim("w1", queues, 3, now)
-    assert sql.CLAIM_FUNCTION in call[0]
+    assert sql.CLAIM_RECORDS_FUNCTION in call[0]
     through_function = claim(call)
     assert through_function == claim(sql._claim_sql("w1", queues, 3, now))
     assert [(r["queue"], r["priority"]) for r in through_function] == taken
