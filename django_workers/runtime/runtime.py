@@ -121,6 +121,9 @@ class WorkerRuntime:
         self._lock = threading.Condition()
         # Set by the stop signals' handlers, which may run while this thread holds them.
         self._wake = SignalSafeEvent()
+        # Held by whoever claims (the claim loop, or the listener for a notice), from
+        # counting the free slots until the claimed runs hold theirs.
+        self._claim_turn = threading.Lock()
         self._stopping = SignalSafeEvent()
         self._closed = threading.Event()
         self._check_cancels = threading.Event()
@@ -205,7 +208,9 @@ class WorkerRuntime:
         self._watchdog.start()
         params = self.store.listen_params()
         if params is not None:
-            self._listener = Listener(params, self._on_notify)
+            self._listener = Listener(
+                params, self._on_listened, connect=self.store.listening_connection
+            )
             self._listener.start()
             self._listener.ready.wait(5.0)
         elif (wake_file := self.store.wake_file()) is not None:
@@ -238,22 +243,15 @@ class WorkerRuntime:
                 self._stall("the lease was not renewed")
                 break
             self._wake.clear()
-            with self._lock:
-                free = self.concurrency - self._busy
-            claimed: list[TaskInfo] = []
             limits = queue_limits()
-            if free > 0:
-                try:
-                    claimed = self.store.claim(
-                        self.worker_id, self.queues, free, clock.now(), limits
-                    )
-                    errors = 0
-                except DatabaseError as e:
-                    errors += 1
-                    self._after_db_error("claim", e, errors)
-                    continue
-                for info in self._begin(claimed):
-                    self._dispatch(info)
+            try:
+                with self._claim_turn:
+                    claimed, free = self._claim_free_slots(limits)
+                errors = 0
+            except DatabaseError as e:
+                errors += 1
+                self._after_db_error("claim", e, errors)
+                continue
             if self.burst and not claimed and self._idle():
                 self._report(logger.info, "Burst mode: nothing left to run; stopping.")
                 break
@@ -263,6 +261,51 @@ class WorkerRuntime:
                 continue
             if len(claimed) < free or free <= 0:
                 self._wake.wait(self._idle_wait())
+
+    def _claim_free_slots(self, limits: dict[str, int]) -> tuple[list[TaskInfo], int]:
+        """Claim for every free slot and hand the runs to threads; the claimed runs, the slots.
+
+        Under ``_claim_turn``: the slots counted here are taken by ``_dispatch`` before
+        another claim counts them.
+        """
+        with self._lock:
+            free = self.concurrency - self._busy
+        if free <= 0:
+            return [], free
+        claimed = self.store.claim(self.worker_id, self.queues, free, clock.now(), limits)
+        for info in self._begin(claimed):
+            self._dispatch(info)
+        return claimed, free
+
+    def _on_listened(self, payload: str) -> None:
+        """A notice on the LISTEN connection: new work is claimed here, on that connection.
+
+        The listener's thread claims at once through the connection that received the
+        notice, instead of waking the claim loop to claim through its own: on an idle
+        worker that saves a thread's wake-up and a round trip to a database process
+        that was asleep (about 0.25 ms of the wake-up on a two-core machine). The claim
+        loop is woken as before whenever this claim cannot settle the notice: the loop
+        is claiming already, there may be more to claim, or the claim failed.
+        """
+        notice = parse_notice(payload)
+        if notice.is_work_for(self.queues) and not notice.reconnected and self._claimed_here():
+            return
+        self._on_notify(payload)
+
+    def _claimed_here(self) -> bool:
+        """Claim on this thread if the claim loop is not claiming; True if nothing is left."""
+        if self._stopping.is_set() or not self._claim_turn.acquire(blocking=False):
+            return False
+        try:
+            limits = queue_limits()
+            claimed, free = self._claim_free_slots(limits)
+        except DatabaseError as e:
+            self._report(logger.warning, "Database error during claim (%s); retrying", e)
+            self.store.reset_connection()  # the listener reconnects and listens again
+            return False
+        finally:
+            self._claim_turn.release()
+        return free > 0 and len(claimed) < free and not served_limits(self.queues, limits)
 
     def _idle(self) -> bool:
         with self._lock:

@@ -1,7 +1,8 @@
 """Waking an idle runtime: PostgreSQL LISTEN/NOTIFY, a socket on SQLite, else a short poll.
 
-A listener thread holds one extra connection, LISTENs on one channel and
-passes each payload on; it reconnects with backoff. This module owns the
+A listener thread holds one connection, LISTENs on one channel and passes
+each payload on; it reconnects with backoff. A runtime's listener holds the
+thread's Django connection, through which the runtime also claims on notice. This module owns the
 payload format, which the triggers of migration 0002 emit; read a payload
 with ``parse_notice()``, never by hand. A payload is ``<kind>:<value>``:
 
@@ -25,7 +26,10 @@ import os
 import socket
 import threading
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
+
+from django.db import DatabaseError
 
 from django_workers.local_wake import EVERY_QUEUE, MAX_PATH, socket_path
 
@@ -78,14 +82,26 @@ def parse_notice(payload: str) -> Notice:
 
 
 class Listener:
-    """A thread that LISTENs and calls ``on_notify(payload)`` for each notification."""
+    """A thread that LISTENs and calls ``on_notify(payload)`` for each notification.
+
+    ``connect``, if given, opens the connection to listen on: a context manager
+    that yields a psycopg connection in autocommit and closes it on exit (by
+    default a connection of its own, from ``params``). ``on_notify`` runs on this
+    thread between two waits, so it may use that connection for queries.
+    """
 
     def __init__(
-        self, params: dict[str, Any], on_notify: Callable[[str], None], channel: str = CHANNEL
+        self,
+        params: dict[str, Any],
+        on_notify: Callable[[str], None],
+        channel: str = CHANNEL,
+        *,
+        connect: Callable[[], AbstractContextManager[Any]] | None = None,
     ) -> None:
         self._params = params
         self._channel = channel
         self._on_notify = on_notify
+        self._connect = connect or self._own_connection
         self._stopped = threading.Event()
         self.ready = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="workers-listener", daemon=True)
@@ -100,22 +116,29 @@ class Listener:
         """Wait for the thread to close its connection, after ``stop()``."""
         self._thread.join(timeout)
 
+    def _own_connection(self) -> AbstractContextManager[Any]:
+        import psycopg
+
+        return psycopg.connect(**self._params, autocommit=True)
+
     def _loop(self) -> None:
         import psycopg
 
         delay = 0.5
         while not self._stopped.is_set():
             try:
-                with psycopg.connect(**self._params, autocommit=True) as conn:
+                with self._connect() as conn:
                     conn.execute(f"LISTEN {self._channel}")
                     self.ready.set()
                     delay = 0.5
                     # A wake-up on reconnect: anything sent while we were away is polled for.
                     self._on_notify(RECONNECTED.payload)
                     while not self._stopped.is_set():
-                        for note in conn.notifies(timeout=0.5):
+                        # Each wait ends before its notices are handled: psycopg holds the
+                        # connection while it waits, and a handler may send queries on it.
+                        for note in list(conn.notifies(timeout=0.5, stop_after=1)):
                             self._on_notify(note.payload)
-            except psycopg.Error as e:
+            except (psycopg.Error, DatabaseError) as e:
                 self.ready.clear()
                 logger.warning("LISTEN connection lost (%s); reconnecting in %.1f s", e, delay)
                 self._stopped.wait(delay)

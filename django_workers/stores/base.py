@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Final
@@ -531,6 +532,14 @@ class WorkerStore(abc.ABC):
     def listen_params(self) -> dict[str, Any] | None:
         """Connection parameters for a LISTEN/NOTIFY wake-up; None where there is none."""
         return None
+
+    def listening_connection(self) -> AbstractContextManager[Any]:
+        """This thread's own connection as a psycopg connection, to LISTEN on (``listen_params``).
+
+        The store's calls from the same thread go through it too, so a runtime claims
+        on the connection that received the notice. It is closed on exit.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no LISTEN connection")
 
     def reset_connection(self) -> None:  # noqa: B027
         """Drop this thread's connection after an error, so the next call reconnects."""

@@ -12,7 +12,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -927,6 +927,15 @@ class DatabaseWorkerStore(WorkerStore):
             "fixture or WorkersTestMixin), or use TransactionTestCase / "
             "@pytest.mark.django_db(transaction=True)."
         )
+
+    @contextlib.contextmanager
+    def listening_connection(self) -> Iterator[Any]:
+        connection = connections[self.using]
+        connection.ensure_connection()
+        try:
+            yield connection.connection
+        finally:
+            self.reset_connection()
 
     def reset_connection(self) -> None:
         with contextlib.suppress(DatabaseError):

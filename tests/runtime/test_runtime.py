@@ -11,12 +11,13 @@ import logging
 import os
 import socket
 import subprocess
+import threading
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import OperationalError, connections
 from django.test import override_settings
 
 from django_workers import (
@@ -34,6 +35,7 @@ from django_workers.info import TaskInfo
 from django_workers.live import live_runs
 from django_workers.runtime.run import RunHandle, backoff
 from django_workers.runtime.runtime import EXIT_DRAIN_TIMEOUT, EXIT_OK, WorkerRuntime
+from django_workers.runtime.wakeup import CHANNEL
 from django_workers.stores import WorkerStore
 from django_workers.stores.base import WorkerRegistration
 from django_workers.stores.memory import InMemoryWorkerStore
@@ -610,6 +612,87 @@ def test_an_idle_runtime_wakes_on_notify(db_store: WorkerStore, runtimes: Start)
     wait_until(lambda: served.runtime.listening)
     task_id = submit(db_store, "wake", tasks.add, args=[1, 2])
     assert wait_for_status(db_store, task_id, COMPLETED, timeout=3.0).result == 3
+
+
+def _spy_claims(store: WorkerStore, fail_on_listener: int = 0) -> list[tuple[str, list[str]]]:
+    """Record each claim that took runs: its thread, and the channels its connection LISTENs on.
+
+    The first ``fail_on_listener`` claims made on the listener's thread raise a
+    database error instead.
+    """
+    seen: list[tuple[str, list[str]]] = []
+    claim = store.claim
+    failures = [fail_on_listener]
+
+    def spied(*args: Any, **kwargs: Any) -> list[TaskInfo]:
+        thread = threading.current_thread().name
+        if thread == "workers-listener" and failures[0] > 0:
+            failures[0] -= 1
+            raise OperationalError("the connection was lost (a test's)")
+        found = claim(*args, **kwargs)
+        if found:
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT pg_listening_channels()")
+                seen.append((thread, [row[0] for row in cursor.fetchall()]))
+        return found
+
+    store.claim = spied  # type: ignore[method-assign]
+    return seen
+
+
+@pytest.mark.postgres_only
+def test_a_notice_of_work_is_claimed_on_the_connection_that_received_it(
+    db_store: WorkerStore, runtimes: Start
+) -> None:
+    # The listener's thread claims at once through its LISTEN connection, rather than
+    # waking the claim loop to claim through another. (A notice that comes while the
+    # loop is claiming is left to the loop: three tasks, one after the other.)
+    if connections["default"].vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY needs PostgreSQL")
+    claims = _spy_claims(db_store)
+    served = runtimes(db_store, poll_interval=60.0)
+    wait_until(lambda: served.runtime.listening)
+    for n in range(3):
+        task_id = submit(db_store, f"wake-{n}", tasks.add, args=[n, 1])
+        assert wait_for_status(db_store, task_id, COMPLETED, timeout=3.0).result == n + 1
+    assert ("workers-listener", [CHANNEL]) in claims
+    assert all(channels == [CHANNEL] for thread, channels in claims if thread == "workers-listener")
+
+
+@pytest.mark.postgres_only
+def test_a_claim_on_notice_that_fails_leaves_the_work_to_the_claim_loop(
+    db_store: WorkerStore, runtimes: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    if connections["default"].vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY needs PostgreSQL")
+    claims = _spy_claims(db_store, fail_on_listener=1)
+    served = runtimes(db_store, poll_interval=60.0)
+    wait_until(lambda: served.runtime.listening)
+    first = submit(db_store, "first", tasks.add, args=[1, 1])
+    # Claimed at once by the loop, not at its next poll a minute later.
+    assert wait_for_status(db_store, first, COMPLETED, timeout=3.0).result == 2
+    assert [thread for thread, _ in claims] != ["workers-listener"]
+    assert "Database error during claim" in caplog.text
+    # The listener dropped its connection, listens again on a new one, and claims on it.
+    assert wait_until(lambda: served.runtime.listening, timeout=5.0)
+    second = submit(db_store, "second", tasks.add, args=[2, 2])
+    assert wait_for_status(db_store, second, COMPLETED, timeout=3.0).result == 4
+
+
+def test_claims_on_notice_and_the_claim_loop_never_take_more_runs_than_slots(
+    tx_store: WorkerStore, runtimes: Start, name: str
+) -> None:
+    # Submitted one by one to a running runtime: on PostgreSQL each notice is claimed
+    # on the listener's thread while the loop and the ends' refills claim too.
+    served = runtimes(tx_store, concurrency=2, poll_interval=0.05)
+    ids = [submit(tx_store, f"held-{i}", tasks.held, args=[name]) for i in range(8)]
+    wait_until(lambda: tasks.calls[name] == 2)
+    running = tx_store.list_tasks(user_id=None, status=TaskStatus.RUNNING, limit=100)
+    assert len([r for r in running if r.worker_id == served.runtime.worker_id]) == 2
+    tasks.gate(name).set()
+    for task_id in ids:
+        wait_for_status(tx_store, task_id, COMPLETED)
+    assert tasks.calls[name] == 8
 
 
 def test_ends_refill_their_slots_and_never_hold_more_running_records_than_slots(
