@@ -299,8 +299,10 @@ class WorkerRuntime:
         try:
             limits = queue_limits()
             claimed, free = self._claim_free_slots(limits)
-        except DatabaseError as e:
-            self._report(logger.warning, "Database error during claim (%s); retrying", e)
+        except Exception as e:  # the listener must go on listening, whatever the claim met
+            self._report(
+                logger.warning, "Claim on notice failed (%s); the claim loop claims instead", e
+            )
             self.store.reset_connection()  # the listener reconnects and listens again
             return False
         finally:

@@ -1,10 +1,11 @@
 """Waking an idle runtime: PostgreSQL LISTEN/NOTIFY, a socket on SQLite, else a short poll.
 
 A listener thread holds one connection, LISTENs on one channel and passes
-each payload on; it reconnects with backoff. A runtime's listener holds the
-thread's Django connection, through which the runtime also claims on notice. This module owns the
-payload format, which the triggers of migration 0002 emit; read a payload
-with ``parse_notice()``, never by hand. A payload is ``<kind>:<value>``:
+each payload on; it reconnects with backoff. A runtime's listener holds its
+thread's Django connection, through which the runtime also claims on notice.
+This module owns the payload format, which the triggers of migration 0002
+emit; read a payload with ``parse_notice()``, never by hand. A payload is
+``<kind>:<value>``:
 
 - ``e:<queue>`` on ``django_workers``: a task of that queue became PENDING
   (tasks to claim). ``e:*`` is sent by the listener itself on (re)connecting:

@@ -672,7 +672,7 @@ def test_a_claim_on_notice_that_fails_leaves_the_work_to_the_claim_loop(
     # Claimed at once by the loop, not at its next poll a minute later.
     assert wait_for_status(db_store, first, COMPLETED, timeout=3.0).result == 2
     assert [thread for thread, _ in claims] != ["workers-listener"]
-    assert "Database error during claim" in caplog.text
+    assert "Claim on notice failed" in caplog.text
     # The listener dropped its connection, listens again on a new one, and claims on it.
     assert wait_until(lambda: served.runtime.listening, timeout=5.0)
     second = submit(db_store, "second", tasks.add, args=[2, 2])
