@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import statistics
 import subprocess
 import sys
 import time
@@ -33,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.common import wait_for_tag  # noqa: E402
+from benchmarks.common import percentile, wait_for_tag  # noqa: E402
 from benchmarks.harness import DEFAULT_PG, WORK, fresh_pg_database, pg_url  # noqa: E402
 
 DATABASE = "bench_ab"
@@ -125,11 +124,10 @@ def main() -> None:
         for worker in workers:
             worker.wait(30)
     for name, checkout in checkouts.items():
-        values = sorted(took[name])
-        p90, p99 = (values[int(len(values) * q)] for q in (0.9, 0.99))
+        p50, p90, p99 = (percentile(took[name], pct) for pct in (50, 90, 99))
         print(
-            f"{name:9s} p50 {statistics.median(values):.3f}  p90 {p90:.3f}  p99 {p99:.3f} ms"
-            f"  (n={len(values)})  {checkout}"
+            f"{name:9s} p50 {p50:.3f}  p90 {p90:.3f}  p99 {p99:.3f} ms"
+            f"  (n={len(took[name])})  {checkout}"
         )
 
 

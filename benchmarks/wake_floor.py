@@ -8,7 +8,9 @@ insert function through a bare psycopg cursor (see ``driver.latency_floor``).
 This process holds one psycopg connection that LISTENs for the insert
 trigger's NOTIFY and, as soon as one arrives, claims through the claim
 function on that same connection, in one query with the claim's own setting
-(its commit does not wait for the disk), as the worker's claim does. For each
+(its commit does not wait for the disk), as the worker's claim does (the
+worker's goes through ``django_workers_claim_records``, which calls the same
+function and also returns every column and the watchers). For each
 row claimed it appends the row's id and the time to ``PATH``, as the probe
 task does when it starts.
 
@@ -29,7 +31,8 @@ import psycopg
 
 from benchmarks.common import record_start
 
-#: The worker's claim as it sends it, its columns cut to the id.
+#: The worker's claim, its columns cut to the id: the claim function itself, with the
+#: setting the worker's claim records function makes for its own commit.
 CLAIM = """SELECT set_config('synchronous_commit', 'off', true);
 SELECT t.id FROM django_workers_claim(%s, now(), 10, NULL) AS t"""
 WORKER_ID = f"wake-floor:{os.getpid()}"
