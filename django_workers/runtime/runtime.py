@@ -126,6 +126,9 @@ class WorkerRuntime:
         self._claim_turn = threading.Lock()
         self._stopping = SignalSafeEvent()
         self._closed = threading.Event()
+        # Held while the lease is given back, and while a lost lease is taken again:
+        # a heartbeat in flight as the runtime closes must not register it anew.
+        self._lease_turn = threading.Lock()
         self._check_cancels = threading.Event()
         self._jobs: queue.SimpleQueue[RunHandle | None] = queue.SimpleQueue()
         self._ends: queue.SimpleQueue[EndItem | None] = queue.SimpleQueue()
@@ -651,6 +654,8 @@ class WorkerRuntime:
 
     def _lease_lost(self) -> None:
         """Another worker declared this one dead: its runs were recovered and may run again."""
+        if self._closed.is_set():
+            return  # it gave its lease back itself
         with self._lock:
             running = [h for h in self._active.values() if not h.returned]
         for handle in running:
@@ -664,7 +669,9 @@ class WorkerRuntime:
             "Lease of %s was lost (declared dead); registering again",
             self.worker_id,
         )
-        self._register()
+        with self._lease_turn:
+            if not self._closed.is_set():
+                self._register()
 
     def _sweep_zombies(self) -> None:
         dead = [
@@ -781,7 +788,8 @@ class WorkerRuntime:
         self._check_cancels.set()
         if settled:
             try:
-                self.store.remove_worker(self.worker_id)
+                with self._lease_turn:
+                    self.store.remove_worker(self.worker_id)
             except DatabaseError as e:
                 self._report(
                     logger.warning, "Could not remove the lease of %s (%s)", self.worker_id, e

@@ -830,6 +830,33 @@ def test_the_runtime_heartbeats_and_takes_back_a_lost_lease(
     assert lease() is None
 
 
+def test_a_heartbeat_in_flight_as_the_runtime_closes_does_not_take_the_lease_again(
+    tx_store: WorkerStore, runtimes: Start
+) -> None:
+    held, in_flight, removed = threading.Event(), threading.Event(), threading.Event()
+    heartbeat, remove_worker = tx_store.heartbeat, tx_store.remove_worker
+
+    def late_heartbeat(worker_id: str, now: Any) -> bool:
+        if held.is_set():
+            in_flight.set()
+            removed.wait(5.0)  # lands just after the runtime gave its lease back
+        return heartbeat(worker_id, now)
+
+    def spied_removal(worker_id: str) -> None:
+        remove_worker(worker_id)
+        removed.set()
+
+    tx_store.heartbeat = late_heartbeat  # type: ignore[method-assign]
+    tx_store.remove_worker = spied_removal  # type: ignore[method-assign]
+    served = runtimes(tx_store, heartbeat_interval=0.05)
+    held.set()
+    assert in_flight.wait(5.0)
+    assert served.stop() == EXIT_OK
+    wait_until(lambda: not runtime_threads(), timeout=10.0)
+    assert removed.is_set()
+    assert tx_store.list_workers() == []
+
+
 # -- cleanup ----------------------------------------------------------------------------------
 
 
