@@ -50,7 +50,9 @@ class CancelToken:
     def __init__(self) -> None:
         self._reason = CancelReason.NONE
         self._lock = threading.Lock()
-        self._event = threading.Event()
+        # Made by the first wait: most runs never wait on their token, and an Event
+        # (a Condition inside) costs a run's start more than the rest of the token.
+        self._event: threading.Event | None = None
 
     @property
     def reason(self) -> CancelReason:
@@ -62,7 +64,13 @@ class CancelToken:
 
     def wait(self, timeout: float | None) -> bool:
         """Block until the token is set or ``timeout`` passes; True if set."""
-        return self._event.wait(timeout)
+        with self._lock:
+            event = self._event
+            if event is None:
+                event = self._event = threading.Event()
+                if self._reason is not CancelReason.NONE:
+                    event.set()
+        return event.wait(timeout)
 
     def _request(self, reason: CancelReason) -> bool:
         """Set the reason if none is set yet; True if this call set it. Runtime only."""
@@ -72,5 +80,7 @@ class CancelToken:
             if self._reason is not CancelReason.NONE:
                 return False
             self._reason = reason
-        self._event.set()
+            event = self._event
+        if event is not None:
+            event.set()
         return True

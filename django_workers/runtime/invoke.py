@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -31,16 +32,28 @@ def invoke(info: TaskInfo, live: Callable[[], TaskInfo] | None = None) -> Any:
     so a worker does not build one for each of them.
     """
     target = resolve(info.task_path)
-    args: list[Any] = list(info.args)
+    args: Sequence[Any] = info.args
     if isinstance(target, Task):
         func: Callable[..., Any] = target.func
         if target.takes_context:
-            args.insert(0, _context(live() if live is not None else info, target))
+            args = [_context(live() if live is not None else info, target), *args]
     else:
         func = target
-    if inspect.iscoroutinefunction(func):
+    if _is_async(func):
         return async_to_sync(func)(*args, **info.kwargs)
     return func(*args, **info.kwargs)
+
+
+#: ``inspect.iscoroutinefunction``, asked once for each task function: it runs a dozen
+#: steps of Python, and a run starts with it.
+_async_functions = functools.lru_cache(maxsize=1024)(inspect.iscoroutinefunction)
+
+
+def _is_async(func: Callable[..., Any]) -> bool:
+    try:
+        return _async_functions(func)
+    except TypeError:  # a callable object that cannot be a key
+        return inspect.iscoroutinefunction(func)
 
 
 def _context(info: TaskInfo, task: Task) -> Any:

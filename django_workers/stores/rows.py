@@ -58,10 +58,41 @@ def row_of(new: NewTask) -> dict[str, Any]:
     }
 
 
+#: Each status and cancel reason by its stored value: a dict read, where calling the enum
+#: runs Python code of its own (a snapshot is built for every claimed run).
+_STATUSES: Mapping[str, TaskStatus] = {s.value: s for s in TaskStatus}
+_REASONS: Mapping[str, CancelReason] = {r.value: r for r in CancelReason}
+#: ``TaskOptions`` by their stored items: the records of one site hold few distinct options.
+_OPTIONS: dict[tuple[Any, ...], TaskOptions] = {}
+_OPTIONS_MAX = 256
+
+
+def options_of(stored: Mapping[str, Any] | None) -> TaskOptions:
+    """``TaskOptions.from_json``, built once for each distinct stored value."""
+    try:
+        # With the values' types: 1 and 1.0, or 1 and True, are equal keys but not options.
+        key = (tuple(stored.items()), tuple(map(type, stored.values()))) if stored else ()
+        found = _OPTIONS.get(key)
+    except TypeError:  # a value that cannot be a key (a list): build it each time
+        return TaskOptions.from_json(stored)  # type: ignore[arg-type]
+    if found is None:
+        found = TaskOptions.from_json(stored)  # type: ignore[arg-type]
+        if len(_OPTIONS) >= _OPTIONS_MAX:
+            _OPTIONS.clear()
+        _OPTIONS[key] = found
+    return found
+
+
 def info_of(row: Mapping[str, Any], watchers: Iterable[str]) -> TaskInfo:
     """Build the snapshot of a record; ``watchers`` lists the owner first, then grants."""
     owner = row["owner"]
     listed = ([owner] if owner else []) + [w for w in watchers if w != owner]
+    status, reason, error, errors = (
+        row["status"],
+        row["cancel_reason"],
+        row["error"],
+        row["errors"],
+    )
     return TaskInfo(
         id=row["id"],
         key=row["key"],
@@ -73,14 +104,14 @@ def info_of(row: Mapping[str, Any], watchers: Iterable[str]) -> TaskInfo:
         kwargs=row["kwargs"],
         priority=row["priority"],
         run_after=row["run_after"],
-        options=TaskOptions.from_json(row["options"]),
-        status=TaskStatus(row["status"]),
+        options=options_of(row["options"]),
+        status=_STATUSES.get(status) or TaskStatus(status),
         progress=row["progress"],
         attempts=row["attempts"],
         result=row["result"],
-        error=TaskFailure.from_json(row["error"]),
-        errors=failures_of(row["errors"]),
-        cancel_reason=CancelReason(row["cancel_reason"]),
+        error=TaskFailure.from_json(error) if error else None,
+        errors=failures_of(errors) if errors else (),
+        cancel_reason=_REASONS.get(reason) or CancelReason(reason),
         run_id=row["run_id"],
         worker_id=row["worker_id"],
         created_at=row["created_at"],

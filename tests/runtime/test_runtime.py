@@ -31,6 +31,7 @@ from django_workers import (
     lifecycle,
     submit_task,
 )
+from django_workers.cancellation import CancelToken
 from django_workers.info import TaskInfo
 from django_workers.live import live_runs
 from django_workers.runtime.run import RunHandle, backoff
@@ -384,6 +385,22 @@ def test_a_token_keeps_its_first_reason() -> None:
     assert not handle.request_cancel(CancelReason.TIMEOUT)
     assert handle.token.reason is CancelReason.USER
     assert handle.snapshot().cancel_requested
+
+
+def test_a_tokens_wait_sees_a_request_made_before_or_during_it() -> None:
+    before = CancelToken()
+    assert before._request(CancelReason.USER)
+    assert before.wait(0)  # its event made after the request: set at once
+
+    during = CancelToken()
+    waited: list[bool] = []
+    waiter = threading.Thread(target=lambda: waited.append(during.wait(30)))
+    waiter.start()
+    wait_until(lambda: during._event is not None)
+    assert during._request(CancelReason.SHUTDOWN)
+    waiter.join(timeout=30)
+    assert waited == [True]
+    assert not CancelToken().wait(0)
 
 
 # -- shutdown -------------------------------------------------------------------------------
