@@ -40,7 +40,7 @@ from django_workers.options import TaskOptions
 from django_workers.references import TaskRef
 from django_workers.stores import WorkerStore, default_store
 from django_workers.stores.base import AllCreated
-from django_workers.submission import TaskSubmission, build_tasks, write_tasks
+from django_workers.submission import TaskSubmission, build_task, build_tasks, write_tasks
 
 MAX_LIMIT = 1000
 
@@ -73,7 +73,10 @@ def submit_task(
         run_after=run_after,
         options=options,
     )
-    return submit_tasks([spec], authority, store=store)[0]
+    # ``submit_tasks`` of one, without its batch steps: the submit a wake-up waits on.
+    authority = check_authority(authority)
+    store = store or default_store()
+    return write_tasks([build_task(spec, authority, store)], authority, store)[0].id
 
 
 def submit_tasks(

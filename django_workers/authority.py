@@ -83,7 +83,7 @@ Authority = Owner | System
 
 def check_authority(authority: object) -> Authority:
     """Return ``authority`` if it is an Owner or System, else raise TypeError."""
-    if isinstance(authority, Owner | System):
+    if isinstance(authority, Authority):  # the union made once, not on each call
         return authority
     hint = " (wrap a user id in Owner(...))" if isinstance(authority, str) else ""
     raise TypeError(

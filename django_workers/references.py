@@ -10,7 +10,8 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
@@ -129,6 +130,28 @@ def to_json_text(value: Any, what: str) -> tuple[Any, str]:
             "JSON; remove it or encode the data (e.g. base64) first."
         )
     return loaded, text
+
+
+#: The types of values ``ids_and_names_json`` writes.
+_STR_INT = frozenset({str, int})
+
+
+def ids_and_names_json(values: Sequence[Any]) -> str | None:
+    """``to_json_text``'s text for a list of ``str`` and ``int`` alone, else None.
+
+    Most tasks take ids and names. Their JSON is written here as the encoder would
+    write it, without its steps of Python: on an idle machine, whose caches no longer
+    hold the encoder's code, they were a fifth of a single submit's time before its
+    statement. None for any other value, a NUL character, or an int too long to
+    write: ``to_json_text`` then decides, and says what is wrong.
+    """
+    if not {type(v) for v in values} <= _STR_INT:
+        return None
+    try:
+        text = f"[{', '.join([_json_string(v) if type(v) is str else str(v) for v in values])}]"
+    except ValueError:
+        return None
+    return None if "\\u0000" in text else text
 
 
 #: The types JSON gives back as they went in (exactly these: a subclass may encode otherwise).

@@ -39,7 +39,7 @@ from django_workers.exceptions import (
     InvalidTaskOptions,
 )
 from django_workers.options import TaskOptions
-from django_workers.references import TaskRef, task_path, to_json_text
+from django_workers.references import TaskRef, ids_and_names_json, task_path, to_json_text
 from django_workers.stores import NewTask, Submitted, WorkerStore
 from django_workers.stores.base import AllCreated, RecordStream, grants_of
 
@@ -378,8 +378,12 @@ def _check_run_after(run_after: object) -> datetime | None:
 
 
 def _check_args(args: object) -> tuple[list[Any], str]:
-    if type(args) in (list, tuple) and not args:
-        return [], "[]"
+    if type(args) is list or type(args) is tuple:
+        if not args:
+            return [], "[]"
+        text = ids_and_names_json(args)
+        if text is not None:
+            return list(args), text
     if isinstance(args, str | bytes | Mapping) or not isinstance(args, Sequence):
         raise InvalidTaskOptions(f"args must be a list or tuple, got {type(args).__name__}.")
     return to_json_text(list(args), "Task args")

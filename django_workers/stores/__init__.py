@@ -39,6 +39,9 @@ _default_lock = threading.Lock()
 def default_store() -> WorkerStore:
     """Return the store DJANGO_WORKERS["STORE"] names, built once, authorizers applied."""
     global _default
+    built = _default
+    if built is not None:  # built already: no lock to take
+        return built
     with _default_lock:
         if _default is None:
             _default = _build_default()
