@@ -95,7 +95,8 @@ def _one_writer[Method: Callable[..., Any]](method: Method) -> Method:
 
 def _claimed(found: list[dict[str, Any]]) -> list[TaskInfo]:
     """Claimed records with their watchers under ``grants``, as snapshots in claim order."""
-    found.sort(key=rows.claim_order)
+    if len(found) > 1:
+        found.sort(key=rows.claim_order)
     return [rows.info_of(r, r.pop("grants")) for r in found]
 
 
@@ -162,14 +163,14 @@ class DatabaseWorkerStore(WorkerStore):
 
     # -- submitting --
 
-    @_one_writer
-    def submit(self, new: NewTask, caller: str | None) -> Submitted:
-        if not grants_of(new):
+    def _submit_one(self, new: NewTask, caller: str | None) -> Submitted:
+        """One record's submit; ``submit`` takes the writer lock (``_one_writer``) around it."""
+        if not new.watchers or not grants_of(new):
             # Fast path: one INSERT. Only a taken id needs the locking path below.
             connection = connections[self.using]
             if connection.vendor in ("postgresql", "sqlite"):
                 # Never an error on a taken id, so also one statement inside a transaction.
-                if sql.insert_if_new(connection, rows.row_of(new)):
+                if sql.insert_if_new(connection, new):
                     return Submitted(new.id, new.run_id, created=True)
             elif not connection.in_atomic_block:
                 try:
@@ -191,10 +192,12 @@ class DatabaseWorkerStore(WorkerStore):
                         raise
             return self._resubmit(new, caller, row)
 
+    submit = _one_writer(_submit_one)
+
     @_one_writer
     def submit_many(self, news: Sequence[NewTask], caller: str | None) -> Sequence[Submitted]:
         if len(news) == 1:
-            return [self.submit(news[0], caller)]
+            return [self._submit_one(news[0], caller)]
         # A batch its COPY reads as it is built is not read first for repeated ids: a
         # repeat fails the COPY as a taken id does.
         if self._streams(news) or _distinct([new.id for new in news]):
@@ -448,7 +451,6 @@ class DatabaseWorkerStore(WorkerStore):
 
     # -- the runtime's questions --
 
-    @_one_writer
     def claim(
         self,
         worker_id: str,
@@ -459,17 +461,28 @@ class DatabaseWorkerStore(WorkerStore):
     ) -> list[TaskInfo]:
         if limit <= 0:
             return []
-        limits = served_limits(queues, queue_limits)
-        if self.vendor == "postgresql" and not limits:
+        limits = served_limits(queues, queue_limits) if queue_limits else None
+        connection = connections[self.using]
+        if not limits and connection.vendor == "postgresql":
+            # The wake-up's path: one statement, no writer lock (SQLite's alone).
+            autocommit = not connection.in_atomic_block and connection.get_autocommit()
             found = sql.claim_postgres(
-                connections[self.using],
-                worker_id,
-                queues,
-                limit,
-                now,
-                autocommit=self._autocommit(),
+                connection, worker_id, queues, limit, now, autocommit=bool(autocommit)
             )
             return _claimed(found)
+        return self._claim_other(worker_id, queues, limit, now, queue_limits, limits or {})
+
+    @_one_writer
+    def _claim_other(
+        self,
+        worker_id: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: datetime,
+        queue_limits: Mapping[str, int] | None,
+        limits: dict[str, int],
+    ) -> list[TaskInfo]:
+        """``claim`` on SQLite and MariaDB, and of queues with limits (the writer lock held)."""
         if not sql.any_ready(connections[self.using], queues, now):
             # A plain read first: an idle poll takes no lock and writes nothing (and on
             # SQLite does not take its one write lock).

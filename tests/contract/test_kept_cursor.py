@@ -6,6 +6,8 @@ one cursor per connection and wraps it the way Django wraps any cursor, so
 query logging, execute wrappers, error translation and Django's async and
 thread checks all still apply. A single submit's cursor binds its values on the
 server (one statement, no quoting of the values into the text), kept the same way.
+A submit and a claim skip the wrapper itself while nothing watches it, and still
+refuse a broken transaction and translate errors as it would.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import SynchronousOnlyOperation
-from django.db import DEFAULT_DB_ALIAS, ProgrammingError, connections
+from django.db import DEFAULT_DB_ALIAS, ProgrammingError, connections, transaction
+from django.db.backends.utils import CursorWrapper
+from django.db.transaction import TransactionManagementError
 from django.test.utils import CaptureQueriesContext
 
 from django_workers import clock
@@ -130,6 +134,50 @@ def test_the_statements_are_logged_and_pass_the_execute_wrappers(made: list[Any]
     assert [sql.INSERT_FUNCTION in q["sql"] for q in queries.captured_queries] == [True, True]
     assert [sql.INSERT_FUNCTION in s for s in seen] == [True, True]
     assert len(made) == 1
+
+
+def test_a_claim_passes_the_execute_wrappers_too(made: list[Any]) -> None:
+    store = DatabaseWorkerStore()
+    submit(store)
+    seen: list[str] = []
+
+    def keep(execute: Any, statement: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(statement)
+        return execute(statement, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        assert len(store.claim("w1", None, 5, clock.now())) == 1
+    assert [sql.CLAIM_RECORDS_FUNCTION in s for s in seen] == [True]
+
+
+def test_a_tool_that_replaces_djangos_execute_sees_the_submit_and_the_claim(
+    made: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Monitoring tools patch ``CursorWrapper.execute``; the store's statements reach it."""
+    seen: list[str] = []
+    djangos = CursorWrapper.execute
+
+    def traced(self: CursorWrapper, statement: str, params: Any = None) -> Any:
+        seen.append(statement)
+        return djangos(self, statement, params)
+
+    monkeypatch.setattr(CursorWrapper, "execute", traced)
+    store = DatabaseWorkerStore()
+    submit(store)
+    assert len(store.claim("w1", None, 5, clock.now())) == 1
+    assert [sql.INSERT_FUNCTION in s for s in seen] == [True, False]
+    assert sql.CLAIM_RECORDS_FUNCTION in seen[1]
+
+
+def test_a_broken_transaction_is_refused_as_django_refuses_it(made: list[Any]) -> None:
+    store = DatabaseWorkerStore()
+    with transaction.atomic():
+        transaction.set_rollback(True)
+        with pytest.raises(TransactionManagementError):
+            submit(store)
+        with pytest.raises(TransactionManagementError):
+            store.claim("w1", None, 5, clock.now())
+    assert TaskRecord.objects.count() == 0
 
 
 def test_a_new_connection_gets_a_new_cursor(made: list[Any]) -> None:

@@ -1,4 +1,5 @@
-"""A task's JSON values: what reads back, and how many bytes the stored JSON takes."""
+"""A task's JSON values: what reads back, how many bytes the stored JSON takes, and how a
+record's JSON columns read back."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from typing import Any
 import pytest
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_workers.exceptions import ArgumentsNotSerializable
-from django_workers.references import to_json_text, to_sized_json
+from django_workers.exceptions import ArgumentsNotSerializable, InvalidTaskOptions
+from django_workers.references import ids_and_names_json, to_json_text, to_sized_json
+from django_workers.stores import sql
+from django_workers.stores.rows import options_of
 
 
 @pytest.mark.parametrize(
@@ -75,3 +78,71 @@ def _values(value: Any) -> list[Any]:
 def test_a_nul_is_refused_in_flat_values_too(value: Any) -> None:
     with pytest.raises(ArgumentsNotSerializable, match="NUL"):
         to_json_text(value, "Task args")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        ["a", 1],
+        (7, "naïve ☃", -3),
+        ['quote " and back\\slash', "\n\t\u2028", "\ud800"],
+        [0, 10**20, "日本"],
+    ],
+)
+def test_ids_and_names_are_written_as_the_encoder_writes_them(value: Any) -> None:
+    assert ids_and_names_json(value) == to_json_text(list(value), "Task args")[1]
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [True],  # a bool is an int, but its JSON is not str(True)
+        [1.5],
+        [Level.HIGH, Tag("x")],  # subclasses may encode otherwise
+        [None],
+        [[1]],
+        ["a\x00b"],  # the encoder's check says what is wrong
+        ["\\u0000"],  # reads like an escaped NUL: the encoder's check looks closer
+        [10**5000],  # too long for str(): the encoder's check says so
+    ],
+)
+def test_anything_else_is_left_to_the_encoder(value: Any) -> None:
+    assert ids_and_names_json(value) is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[]",
+        "{}",
+        '["/tmp/x", "5"]',
+        '{"a": {"b": [null, 1.5, true]}, "c": "\\u00e9"}',
+        "null",
+        "12",
+        " [1] ",
+    ],
+)
+def test_a_columns_json_reads_as_json_loads_reads_it(text: str) -> None:
+    assert sql._json_value(text) == json.loads(text)
+
+
+def test_a_columns_invalid_json_raises_as_json_loads_does() -> None:
+    for text in ("[1,", '{"a": 1} x', ""):
+        with pytest.raises(json.JSONDecodeError):
+            sql._json_value(text)
+
+
+def test_decoded_options_are_shared_by_text_but_each_record_gets_its_own() -> None:
+    text = '{"retries": 2, "timeout": 1.0}'
+    first, second = sql._options_value(text), sql._options_value(text)
+    assert first == second == {"retries": 2, "timeout": 1.0}
+    first["retries"] = 99
+    assert sql._options_value(text)["retries"] == 2
+
+
+def test_options_equal_in_python_but_not_in_type_are_not_mixed_up() -> None:
+    assert options_of({"timeout": 1}).timeout == 1
+    assert type(options_of({"timeout": 1.0}).timeout) is float
+    assert options_of({"retry_jitter": True}).retry_jitter is True
+    with pytest.raises(InvalidTaskOptions):
+        options_of({"retry_jitter": 1})
