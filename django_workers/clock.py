@@ -46,11 +46,14 @@ def now_series(count: int) -> list[datetime]:
 def _reserve(count: int) -> datetime:
     """The first of ``count`` times one microsecond apart, all after every earlier one."""
     global _last
-    current = timezone.now() + _offset
+    current = timezone.now()
+    if _offset:  # zero in a process that never measured (no date arithmetic then)
+        current += _offset
     with _lock:
-        if _last is not None and current <= _last and current.tzinfo == _last.tzinfo:
-            current = _last + _TICK
-        _last = current + _TICK * (count - 1)
+        last = _last
+        if last is not None and current <= last and current.tzinfo == last.tzinfo:
+            current = last + _TICK
+        _last = current if count == 1 else current + _TICK * (count - 1)
     return current
 
 
