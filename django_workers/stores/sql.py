@@ -92,6 +92,8 @@ def _copy_lines(news: Iterable[NewTask]) -> Iterator[str]:
     """
     shared: tuple[Any, ...] | None = None
     shared_text = ""
+    second: datetime | None = None
+    head = tail = ""
     for new in news:
         # Equal values make equal texts, so a tuple compare (identity first) decides.
         values = _shared_of(new)
@@ -99,9 +101,21 @@ def _copy_lines(news: Iterable[NewTask]) -> Iterator[str]:
             shared = values
             shared_text = "\t".join(map(_copy_text, values))
         args, kwargs = _arguments_text(new)
+        # A batch's times are a microsecond apart: its second's text is made once, then
+        # each line writes its microseconds (an aware isoformat() was a tenth of a line).
+        created_at = new.created_at
+        whole = created_at.replace(microsecond=0)
+        if whole != second or whole.tzinfo is not second.tzinfo:
+            second = whole
+            text = whole.isoformat()
+            head, tail = text[:19], text[19:]
+        task_id = _cell(new.id)
+        key = task_id if new.key is new.id else _cell(new.key)  # a global key is its id
         yield (
-            f"{_cell(new.id)}\t{_cell(new.key)}\t{_cell(new.run_id)}\t"
-            f"{_copy_text(new.created_at)}\t{_cell(args)}\t{_cell(kwargs)}\t"
+            f"{task_id}\t{key}\t{_cell(new.run_id)}\t"
+            f"{head}.{created_at.microsecond:06d}{tail}\t"
+            f"{args if args == '[]' else _cell(args)}\t"
+            f"{kwargs if kwargs == '{}' else _cell(kwargs)}\t"
             f"{shared_text}\t{_COPY_FRESH_TEXT}\n"
         )
 

@@ -364,7 +364,9 @@ def test_a_task_submitted_alone_is_stored_as_the_insert_of_a_batch_stores_it(
     assert stored["one"]["owner"] == "alice"
     assert stored["one"]["options"] == options.to_json()
     made = TaskRecord.objects.filter(key__startswith="copy-").order_by("created_at")
-    assert [(r.key, r.run_id) for r in made] == [(new.key, new.run_id) for new in batch]
+    assert [(r.key, r.run_id, r.created_at) for r in made] == [
+        (new.key, new.run_id, new.created_at) for new in batch
+    ]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,5 +1,5 @@
-"""A task's JSON values: what reads back, how many bytes the stored JSON takes, and how a
-record's JSON columns read back."""
+"""A task's JSON values: what reads back, how many bytes the stored JSON takes, how a
+record's JSON columns read back, and the text a batch's COPY writes them (and its times) as."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from django_workers.exceptions import ArgumentsNotSerializable, InvalidTaskOptio
 from django_workers.references import ids_and_names_json, to_json_text, to_sized_json
 from django_workers.stores import sql
 from django_workers.stores.rows import options_of
+from tests.factories import NewTaskFactory
 
 
 @pytest.mark.parametrize(
@@ -146,3 +147,28 @@ def test_options_equal_in_python_but_not_in_type_are_not_mixed_up() -> None:
     assert options_of({"retry_jitter": True}).retry_jitter is True
     with pytest.raises(InvalidTaskOptions):
         options_of({"retry_jitter": 1})
+
+
+@pytest.mark.parametrize(
+    "times",
+    [
+        # Across a second, and from microsecond 0 (which isoformat() leaves out).
+        [
+            dt.datetime(2026, 12, 7, 5, 3, 12, 999_999, tzinfo=dt.UTC),
+            dt.datetime(2026, 12, 7, 5, 3, 13, tzinfo=dt.UTC),
+        ],
+        # The same instant in another zone is another text; naive times (USE_TZ off) too.
+        [
+            dt.datetime(2026, 12, 7, 5, 3, 12, 5, tzinfo=dt.UTC),
+            dt.datetime(
+                2026, 12, 7, 10, 33, 12, 6, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=30))
+            ),
+            dt.datetime(2026, 12, 7, 5, 3, 12, 7),
+        ],
+    ],
+)
+def test_a_copy_lines_creation_time_reads_back_as_the_record_holds_it(times: list[Any]) -> None:
+    news = [NewTaskFactory(created_at=at) for at in times]
+    read = [dt.datetime.fromisoformat(line.split("\t")[3]) for line in sql._copy_lines(news)]
+    assert read == times
+    assert [r.tzinfo for r in read] == [t.tzinfo for t in times]
