@@ -220,7 +220,6 @@ _FRESH_LITERALS = {
     "finished_at": "NULL",
 }
 _BOUND = [f for f in _FIELDS if f not in _FRESH_LITERALS]
-_BOUND_JSON = frozenset(f for f in _BOUND if f in JSON_COLUMNS)
 _BOUND_DATETIME = frozenset(f for f in _BOUND if f in DATETIME_COLUMNS)
 #: A COPY names first the columns each record holds alone, then those the records of one
 #: shape share, then those every fresh record holds alike (see ``_copy_lines``).
@@ -1071,9 +1070,9 @@ def kept_fetch(
     statement goes to the psycopg cursor with what Django's wrapper would do around
     it: refuse a broken transaction, translate the driver's errors. Django's
     async and thread checks were made when the kept cursor was looked up. The
-    wrapper's own steps, made and thrown away for each statement, were about 40
-    microseconds of each side of the wake-up on an idle machine, its code no
-    longer in the processor's caches.
+    wrapper is made and thrown away for each statement, and after an idle wait,
+    its code no longer in the processor's caches, each of its steps costs
+    several microseconds of the wake-up.
     """
     cursor = _kept_psycopg_cursor(connection, True)
     if (
