@@ -155,7 +155,7 @@ def ids_and_names_json(values: Sequence[Any]) -> str | None:
 
 
 #: The types JSON gives back as they went in (exactly these: a subclass may encode otherwise).
-_SCALARS = frozenset({str, int, float, bool, type(None)})
+JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 def _flat_copy(value: Any) -> list[Any] | dict[str, Any] | None:
@@ -163,10 +163,10 @@ def _flat_copy(value: Any) -> list[Any] | dict[str, Any] | None:
 
     None for anything else, whose JSON must be parsed to know.
     """
-    if type(value) is list and all(type(item) in _SCALARS for item in value):
+    if type(value) is list and all(type(item) in JSON_SCALARS for item in value):
         return list(value)
     if type(value) is dict and all(
-        type(k) is str and type(v) in _SCALARS for k, v in value.items()
+        type(k) is str and type(v) in JSON_SCALARS for k, v in value.items()
     ):
         return dict(value)
     return None

@@ -93,6 +93,12 @@ def _one_writer[Method: Callable[..., Any]](method: Method) -> Method:
     return one_writer  # type: ignore[return-value]
 
 
+def _in_autocommit(connection: BaseDatabaseWrapper) -> bool:
+    """The connection commits each statement: in autocommit, outside any atomic block."""
+    # get_autocommit() connects first if need be.
+    return not connection.in_atomic_block and bool(connection.get_autocommit())
+
+
 def _claimed(found: list[dict[str, Any]]) -> list[TaskInfo]:
     """Claimed records with their watchers under ``grants``, as snapshots in claim order."""
     if len(found) > 1:
@@ -165,7 +171,7 @@ class DatabaseWorkerStore(WorkerStore):
 
     def _submit_one(self, new: NewTask, caller: str | None) -> Submitted:
         """One record's submit; ``submit`` takes the writer lock (``_one_writer``) around it."""
-        if not new.watchers or not grants_of(new):
+        if not grants_of(new):
             # Fast path: one INSERT. Only a taken id needs the locking path below.
             connection = connections[self.using]
             if connection.vendor in ("postgresql", "sqlite"):
@@ -465,9 +471,8 @@ class DatabaseWorkerStore(WorkerStore):
         connection = connections[self.using]
         if not limits and connection.vendor == "postgresql":
             # The wake-up's path: one statement, no writer lock (SQLite's alone).
-            autocommit = not connection.in_atomic_block and connection.get_autocommit()
             found = sql.claim_postgres(
-                connection, worker_id, queues, limit, now, autocommit=bool(autocommit)
+                connection, worker_id, queues, limit, now, autocommit=_in_autocommit(connection)
             )
             return _claimed(found)
         return self._claim_other(worker_id, queues, limit, now, queue_limits, limits or {})
@@ -640,12 +645,7 @@ class DatabaseWorkerStore(WorkerStore):
         return self._one_statement_of_runs(ends) and self._autocommit()
 
     def _autocommit(self) -> bool:
-        """The connection commits each statement: in autocommit, outside any atomic block."""
-        connection = connections[self.using]
-        if connection.in_atomic_block:
-            return False
-        connection.ensure_connection()
-        return bool(connection.get_autocommit())
+        return _in_autocommit(connections[self.using])
 
     def _postgres_runs(self, ends: Sequence[TaskEnd]) -> bool:
         return self.vendor == "postgresql" and all(e.kind is EndKind.RUN for e in ends)

@@ -49,6 +49,7 @@ from django_workers.models import (
     TaskWatcher,
     WorkflowRecord,
 )
+from django_workers.references import JSON_SCALARS
 from django_workers.stores.base import NewTask
 from django_workers.stores.rows import FRESH_VALUES, row_of
 
@@ -711,7 +712,6 @@ _scan_json = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
 #: of which each record gets its own copy.
 _OPTIONS_VALUES: dict[str, dict[str, Any]] = {}
 _OPTIONS_VALUES_MAX = 256
-_FLAT = frozenset({str, int, float, bool, type(None)})
 
 
 def _json_value(text: str) -> Any:
@@ -736,7 +736,7 @@ def _options_value(text: str) -> Any:
     if known is not None:
         return known.copy()
     value = _json_value(text)
-    if isinstance(value, dict) and all(type(v) in _FLAT for v in value.values()):
+    if isinstance(value, dict) and all(type(v) in JSON_SCALARS for v in value.values()):
         if len(_OPTIONS_VALUES) >= _OPTIONS_VALUES_MAX:
             _OPTIONS_VALUES.clear()
         _OPTIONS_VALUES[text] = value.copy()
