@@ -14,7 +14,8 @@ the reads of tasks meet a watchers table that grows with them. One more
 user, ``bench-user``, owns 150 tasks and watches 10 at every size, so the
 list figure measures the table, not the user. Then the statistics are
 refreshed (``VACUUM ANALYZE`` / ``ANALYZE``), the fill's writes are flushed to
-disk (``CHECKPOINT``, WAL checkpoint, sync) and, in this order:
+disk (SQLite's WAL checkpoint, then ``run.py``'s ``settle_database``: autovacuum
+done, ``CHECKPOINT``, sync) and, in this order:
 
 - **claim**: ``store.claim`` of 10 tasks, then ``store.end_tasks`` of their
   ends, timed separately, many times; between two rounds the ten are put back
@@ -51,7 +52,6 @@ Results: a table on stdout, JSON and markdown in ``benchmarks/results/``
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as dt
 import json
 import os
@@ -145,7 +145,7 @@ def summary_line(f: dict[str, Any]) -> str:
 
 def fill(n: int) -> None:
     """Empty the tables and write ``n`` task rows (see the module's docstring)."""
-    from django.db import DatabaseError, connection
+    from django.db import connection
 
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
@@ -178,15 +178,15 @@ def fill(n: int) -> None:
         if connection.vendor == "postgresql":
             cursor.execute(f"VACUUM ANALYZE {TABLE}")
             cursor.execute(f"VACUUM ANALYZE {WATCHERS}")
-            with contextlib.suppress(DatabaseError):  # CHECKPOINT needs a superuser
-                cursor.execute("CHECKPOINT")
         else:
             cursor.execute("ANALYZE")
             cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     # The fill's writes reach the disk now, not while the figures are measured: after
     # the 22-second fill of 1M rows, every PostgreSQL figure at that size, the ends that
     # wait for the disk and the claims alike, once came out half as slow again.
-    os.sync()
+    from benchmarks.run import settle_database
+
+    settle_database(connection.vendor, os.environ["DATABASE_URL"])
 
 
 def _insert_rows(
