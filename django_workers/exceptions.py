@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
+from django.db import OperationalError
 
 
 class WorkersError(Exception):
@@ -134,9 +135,27 @@ class ResultTooLarge(WorkersError, ValueError):
 
 
 class WorkerLost(WorkersError):
-    """The worker running a task stopped heartbeating; the run was declared dead."""
+    """The worker running a task ended or lost its lease first; the run was declared dead."""
 
     code = "worker_lost"
+
+
+class DatabaseUnavailable(WorkersError, OperationalError):
+    """The database could not be reached (down, restarting, or cut off) during a submit."""
+
+    code = "database_unavailable"
+
+    def __init__(self, action: str, cause: BaseException) -> None:
+        self.action = action
+        self.cause = cause
+        first_line = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+        super().__init__(
+            f"Could not {action}: the database is unavailable ({first_line}). The submission "
+            "may not have been stored: submit it again once the database is back (the same "
+            "key joins a task that was stored, and starts no second one). To bound how long "
+            "a call waits for a server that does not answer, set a connect timeout in "
+            "DATABASES (for PostgreSQL, OPTIONS {'connect_timeout': 5})."
+        )
 
 
 class RuntimeInTransaction(WorkersError, RuntimeError):

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.tasks import Task
 from django.utils import timezone
 
@@ -35,6 +36,7 @@ from django_workers.conf import listed_queues, workers_settings
 from django_workers.exceptions import (
     ArgumentsTooLarge,
     AuthorizationError,
+    DatabaseUnavailable,
     InvalidTaskKey,
     InvalidTaskOptions,
 )
@@ -76,7 +78,10 @@ def write_tasks(
     """Write records ``build_task`` made, then wake the workers of the queues that got runs."""
     if not news:
         return []
-    done = store.submit_many(news, user_id_of(authority))
+    try:
+        done = store.submit_many(news, user_id_of(authority))
+    except (OperationalError, InterfaceError) as e:
+        raise DatabaseUnavailable("submit the tasks", e) from e
     if isinstance(done, AllCreated):
         created = done.queues()
     else:

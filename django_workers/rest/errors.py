@@ -20,6 +20,7 @@ from django_workers import exceptions as workers
 #: Each django-workers exception's HTTP status; the error code is the exception's ``code``.
 #: Statuses of 500 are not refusals of the request but a run's outcome or a broken
 #: site: they are left to Django, which logs them, and their message is never sent.
+#: A database that is away is answered 503, for the client to try again.
 HTTP_STATUS: dict[type[workers.WorkersError], int] = {
     workers.InvalidTaskKey: status.HTTP_400_BAD_REQUEST,
     workers.InvalidTaskOptions: status.HTTP_400_BAD_REQUEST,
@@ -35,6 +36,7 @@ HTTP_STATUS: dict[type[workers.WorkersError], int] = {
     workers.WorkflowAlreadyFinished: status.HTTP_409_CONFLICT,
     workers.TaskNotRetryable: status.HTTP_409_CONFLICT,
     workers.WorkflowExists: status.HTTP_409_CONFLICT,
+    workers.DatabaseUnavailable: status.HTTP_503_SERVICE_UNAVAILABLE,
     workers.ResultTooLarge: status.HTTP_500_INTERNAL_SERVER_ERROR,
     workers.TaskTimeoutError: status.HTTP_500_INTERNAL_SERVER_ERROR,
     workers.TaskCancelled: status.HTTP_500_INTERNAL_SERVER_ERROR,
@@ -83,7 +85,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
 def _workers_answer(exc: workers.WorkersError) -> Response | None:
     code = status_of(exc)
-    if code >= status.HTTP_500_INTERNAL_SERVER_ERROR:
+    if code == status.HTTP_500_INTERNAL_SERVER_ERROR:
         return None
     detail = NOT_FOUND_DETAIL.get(type(exc), str(exc))
     return Response(error_body(exc.code, detail), status=code)

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Self
 
+from django.db import InterfaceError, OperationalError
 from django.tasks import Task
 
 from django_workers import clock
@@ -50,6 +51,7 @@ from django_workers.exceptions import (
     ArgumentsNotSerializable,
     ArgumentsTooLarge,
     AuthorizationError,
+    DatabaseUnavailable,
     InvalidTaskKey,
     InvalidTaskOptions,
     InvalidWorkflow,
@@ -556,7 +558,10 @@ def _write(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> Work
         state=row_fields(row, start.state),
         created_at=now,
     )
-    existing = store.submit_workflow(workflow, tasks)
+    try:
+        existing = store.submit_workflow(workflow, tasks)
+    except (OperationalError, InterfaceError) as e:
+        raise DatabaseUnavailable("submit the workflow", e) from e
     if existing is not None and existing != plan.plan_hash:
         raise WorkflowExists(plan.id, plan.plan_hash, existing)
     return WorkflowHandle(plan.id, authority, store)

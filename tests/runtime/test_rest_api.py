@@ -350,6 +350,7 @@ def test_every_workers_exception_has_a_status_and_its_own_code():
     assert HTTP_STATUS[exceptions.TaskAlreadyFinished] == 409
     assert HTTP_STATUS[exceptions.InvalidTaskOptions] == HTTP_STATUS[exceptions.InvalidTaskKey]
     assert HTTP_STATUS[exceptions.AuthorizationError] == 403
+    assert HTTP_STATUS[exceptions.DatabaseUnavailable] == 503
     assert status_of(exceptions.TaskNotFound("x")) == 404
 
 
