@@ -31,7 +31,10 @@ if TYPE_CHECKING:
 #: Most failures a record keeps in ``errors`` (the oldest are dropped first).
 ERRORS_KEPT: Final = 10
 
-WORKER_LOST_MESSAGE: Final = "Worker lost: its worker stopped heartbeating while the task ran."
+WORKER_LOST_MESSAGE: Final = (
+    "Worker lost: the worker running it ended, or stopped renewing its lease, before the "
+    "task did (a crash or kill, a drain timeout, or a host cut off from the database)."
+)
 
 
 class EndKind(StrEnum):

@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from django.db import connections
+
 from django_workers.runtime.runtime import WorkerRuntime
 
 logger = logging.getLogger(__name__)
@@ -28,6 +30,28 @@ SAME_STOP_WINDOW = 2.0
 #: What the supervisor sends its worker processes to stop them: a signal of its own, so
 #: that with the group's SIGTERM or SIGINT it is one stop request, however late it runs.
 FORWARDED_STOP = signal.SIGUSR1
+
+
+#: libpq options a worker process's PostgreSQL connections get where DATABASES sets
+#: none: a connect to a server cut off by the network gives up after 10 s instead of
+#: the kernel's minutes, and a connection whose server vanished without a word (a
+#: failover, a network cut) is found dead after about a minute instead of two hours.
+CONNECTION_BOUNDS = {
+    "connect_timeout": 10,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
+
+
+def bound_connect_timeouts(aliases: list[str]) -> None:
+    """Bound how long this process's PostgreSQL connections wait for a silent server."""
+    for alias in aliases:
+        database = connections.settings[alias]
+        if database.get("ENGINE", "").endswith("postgresql"):
+            options = database.setdefault("OPTIONS", {})
+            for name, value in CONNECTION_BOUNDS.items():
+                options.setdefault(name, value)
 
 
 def build_runtime(options: dict[str, Any], store: Any = None) -> WorkerRuntime:

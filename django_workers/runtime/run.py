@@ -3,7 +3,9 @@
 ``RunHandle`` is the live object behind ``current_run()``. ``execute`` calls
 the task, retries it with capped exponential backoff while the token allows,
 and returns the run's own end as a ``TaskEnd``; it never raises, so a
-misbehaving task cannot take its worker thread down.
+misbehaving task cannot take its worker thread down. Each attempt starts as
+a request does in Django: a connection of this thread that is broken or past
+its ``CONN_MAX_AGE`` is closed first (``fresh_connections``).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import time
 import traceback
 from dataclasses import replace
 from typing import Any
+
+from django.db import DatabaseError, connections
 
 from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason, CancelToken
@@ -151,6 +155,7 @@ def execute(handle: RunHandle) -> TaskEnd:
     bound = bind_current(handle)
     try:
         while True:
+            fresh_connections()
             try:
                 value = invoking.invoke(handle.info, handle.snapshot)
             except TaskCancelled as e:
@@ -205,11 +210,36 @@ def _wait_to_retry(handle: RunHandle, failure: TaskFailure) -> bool:
         return False
     attempts = handle._attempts + 1
     errors = lifecycle.with_failure(handle._errors, failure)
-    if not handle.write_while_running(attempts=attempts, error=failure.to_json(), errors=errors):
+    if not _record_attempt(handle, attempts=attempts, error=failure.to_json(), errors=errors):
         return False
     handle._attempts = attempts
     handle._errors = errors
     return True
+
+
+def _record_attempt(handle: RunHandle, **fields: Any) -> bool:
+    """Store the count and failure of the attempt that ended; wait while the database is away.
+
+    Never on the connection the failed attempt may have broken: a broken one is closed
+    first. False if the token or the fence stops the run.
+    """
+    wait = 0.1
+    while True:
+        fresh_connections()
+        try:
+            return handle.write_while_running(**fields)
+        except DatabaseError as e:
+            # The runtime's other threads meet the outage too, and log it once.
+            task_logger.debug(
+                "Task %s: could not record its failed attempt (%s); trying again in %.1f s",
+                handle.task_id,
+                e,
+                wait,
+            )
+            handle.store.reset_connection()
+            if handle.token.wait(wait):
+                return False
+            wait = min(wait * 2, 10.0)
 
 
 def _end_after_wait(handle: RunHandle) -> TaskEnd:
@@ -220,6 +250,18 @@ def _end_after_wait(handle: RunHandle) -> TaskEnd:
     """
     reason = handle.token.reason if handle.token.requested else CancelReason.SUPERSEDED
     return handle.cancelled_end(reason)
+
+
+def fresh_connections() -> None:
+    """Close this thread's connections that are broken or past their age, as Django does
+    around a request, so that a connection the server dropped fails one attempt at most.
+
+    A connection inside a transaction belongs to the caller (a test running tasks in
+    its own thread and transaction) and is left alone.
+    """
+    for connection in connections.all(initialized_only=True):
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
 
 
 def backoff(options: Any, attempt: int) -> float:

@@ -13,10 +13,13 @@ it to the reporter. The lease is renewed only while the claim loop and the
 finisher make progress, so a worker that is stuck is declared dead and its
 runs are recovered, instead of holding them forever behind a fresh heartbeat.
 
-Threads and their database connections: the claim loop, each run thread, the
-finisher, the housekeeper and the reporter each keep one persistent
-connection (Django's are per thread); a connection is closed and reopened
-only after an error.
+Threads and their database connections: the claim loop, the finisher, the
+housekeeper and the reporter each keep one persistent connection (Django's
+are per thread), dropped after an error and opened again with backoff. Each
+run thread gets what Django gives a request: before and after each task
+function, a connection that is broken or past ``CONN_MAX_AGE`` is closed, so
+a connection the server dropped fails one attempt at most. When the database
+is away the runtime waits for it (see ``outage``), however long.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
-from django.db import DatabaseError, InterfaceError, OperationalError, connections
+from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from django_workers import clock, lifecycle
@@ -44,6 +47,7 @@ from django_workers.lifecycle import TaskEnd
 from django_workers.live import live_runs
 from django_workers.local_wake import runtime_socket_name
 from django_workers.runtime.flag import SignalSafeEvent
+from django_workers.runtime.outage import DatabaseWatch, LeaseWitness, backoff_delay, unreachable
 from django_workers.runtime.reporter import (
     EndItem,
     Reporter,
@@ -51,7 +55,13 @@ from django_workers.runtime.reporter import (
     report_recovered,
     worth_reporting,
 )
-from django_workers.runtime.run import RunHandle, execute, failure_of, task_logger
+from django_workers.runtime.run import (
+    RunHandle,
+    execute,
+    failure_of,
+    fresh_connections,
+    task_logger,
+)
 from django_workers.runtime.scheduler import Scheduler
 from django_workers.runtime.wakeup import CANCELLED, Listener, LocalListener, parse_notice
 from django_workers.runtime.watchdog import Watchdog
@@ -70,8 +80,9 @@ FINISH_BATCH = 200
 #: claimed together end together, and one write (and one refill claim) serves them all.
 FINISH_GAP = 0.0005
 FINISH_LINGER = 0.002
-#: Exit codes of ``run()``: stopped cleanly; runs outlived the drain; liveness lost.
-EXIT_OK, EXIT_DRAIN_TIMEOUT, EXIT_STALLED = 0, 3, 4
+#: Exit codes of ``run()``: stopped cleanly; runs outlived the drain; a part of the
+#: runtime was stuck; another worker took the lease while runs were executing here.
+EXIT_OK, EXIT_DRAIN_TIMEOUT, EXIT_STALLED, EXIT_LEASE_TAKEN = 0, 3, 4, 5
 
 
 class WorkerRuntime:
@@ -134,6 +145,10 @@ class WorkerRuntime:
         self._ends: queue.SimpleQueue[EndItem | None] = queue.SimpleQueue()
         self._reporter = Reporter()
         self._report = self._reporter.report
+        # Heartbeats go out on the housekeeper's ticks: one late by a tick is no break.
+        max_gap = max(2 * self.heartbeat_interval, self.lease_timeout / 2) + CANCEL_POLL
+        self._witness = LeaseWitness(self.lease_timeout, max_gap)
+        self.database = DatabaseWatch(self._report, on_lost=self._witness.broken)
         self._threads: list[threading.Thread] = []
         self._watchdog = Watchdog(self._expire)
         # Every runtime runs the scheduler pass: no leader, no separate beat process.
@@ -141,12 +156,13 @@ class WorkerRuntime:
         self._listener: Listener | None = None
         self._local: LocalListener | None = None
         # Liveness: when the claim loop last went round, since when the finisher has been
-        # writing its current batch (None: idle), when the lease was last renewed.
+        # writing its current batch (None: idle).
         self._claim_beat = time.monotonic()
         self._finisher_since: float | None = None
-        self._renewed = time.monotonic()
         #: Why this runtime stopped renewing its lease (a stuck part), or None.
         self.stalled: str | None = None
+        #: True once another worker took this runtime's lease while its runs executed.
+        self.lease_taken = False
         self.started = threading.Event()
 
     # -- public --
@@ -176,6 +192,8 @@ class WorkerRuntime:
             self._claim_loop()
         finally:
             settled = self.shutdown(drain_timeout)
+        if self.lease_taken:
+            return EXIT_LEASE_TAKEN
         if self.stalled:
             return EXIT_STALLED
         return EXIT_OK if settled else EXIT_DRAIN_TIMEOUT
@@ -195,15 +213,13 @@ class WorkerRuntime:
                 heartbeat_at=now,
             )
         )
-        self._renewed = time.monotonic()
 
     def _start(self) -> None:
         self.store.check_runtime_start()
-        self._sync_clock()
-        self._register()
-        if self.recover_zombies:
-            self._sweep_zombies()
         self._reporter.start()
+        self._until_reached("start-up", self._first_contact)
+        if self.recover_zombies:
+            self._until_reached("start-up", self._sweep_zombies)
         self._spawn(self._finisher_loop, "workers-finisher")
         for n in range(self.concurrency):
             self._spawn(self._run_loop, f"workers-run-{n}")
@@ -222,6 +238,29 @@ class WorkerRuntime:
             self._local.start()
         self.store.subscribe(self._wake.set)
         self.started.set()
+
+    def _first_contact(self) -> None:
+        self._sync_clock()
+        self._register()
+        self._witness.renewed(clock.now())
+
+    def _until_reached(self, what: str, step: Callable[[], None]) -> None:
+        """Make ``step`` (a database call) once the database answers; wait while it is away.
+
+        A stop request ends the wait: there is nothing to drain yet.
+        """
+        errors = 0
+        while not self._stopping.is_set():
+            try:
+                step()
+            except DatabaseError as e:
+                if not unreachable(e):
+                    raise
+                errors += 1
+                self._after_db_error(what, e, errors)
+                continue
+            self.database.reached()
+            return
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -242,15 +281,14 @@ class WorkerRuntime:
         errors = 0
         while not self._stopping.is_set():
             self._claim_beat = time.monotonic()
-            if self._claim_beat - self._renewed > self.lease_timeout:
-                self._stall("the lease was not renewed")
-                break
             self._wake.clear()
             limits = queue_limits()
             try:
                 with self._claim_turn:
                     claimed, free = self._claim_free_slots(limits)
-                errors = 0
+                if errors:
+                    errors = 0
+                    self.database.reached()
             except DatabaseError as e:
                 errors += 1
                 self._after_db_error("claim", e, errors)
@@ -352,16 +390,24 @@ class WorkerRuntime:
         self._jobs.put(handle)
 
     def _after_db_error(self, what: str, error: Exception, errors: int) -> None:
+        """Log a failed database call once per outage, drop the connection, back off."""
         delay = self._retry_delay(errors)
-        self._report(
-            logger.warning, "Database error during %s (%s); retrying in %.1f s", what, error, delay
-        )
+        if unreachable(error):
+            self.database.failed(what, error)
+        else:
+            self._report(
+                logger.warning,
+                "Database error during %s (%s); retrying in %.1f s",
+                what,
+                error,
+                delay,
+            )
         self.store.reset_connection()
         self._stopping.wait(delay)
 
     def _retry_delay(self, errors: int) -> float:
         # Retrying is progress, not a stall: keep each wait well inside the lease.
-        return min(0.1 * 2**errors, 10.0, self.lease_timeout / 4)
+        return backoff_delay(errors, min(10.0, self.lease_timeout / 4))
 
     # -- running --
 
@@ -389,6 +435,8 @@ class WorkerRuntime:
                 end = handle.failed_end(failure_of(e))
             handle.returned = True
             self._ends.put((end, handle, True))
+            # What Django does after a request: the next task starts on a healthy connection.
+            fresh_connections()
         connections.close_all()
 
     def _begin(self, claimed: list[TaskInfo]) -> list[TaskInfo]:
@@ -435,10 +483,17 @@ class WorkerRuntime:
             self._release(handle)
 
     def _expire(self, handle: RunHandle) -> None:
-        """The watchdog's call: the deadline passed; end the record FAILED, first cause wins."""
+        """The watchdog's call: the deadline passed while the function runs; end it FAILED.
+
+        The token keeps its first cause: a run asked to stop earlier (its workflow
+        cancelled, a shutdown) keeps that reason, but its record still ends at the
+        deadline if the function has not returned. A record that ended already (a
+        user's cancel) refuses this end, as it refuses any other.
+        """
         with self._lock:
             live = self._active.get(handle.run_id) is handle and not handle.returned
-        if live and handle.request_cancel(CancelReason.TIMEOUT):
+        if live:
+            handle.request_cancel(CancelReason.TIMEOUT)
             # Logged by the reporter once written, as one line with the task's other ends.
             self._ends.put((handle.timed_out_end(), handle, False))
 
@@ -503,23 +558,26 @@ class WorkerRuntime:
         while True:
             try:
                 if refill > 0:
-                    return self.store.end_and_claim(
+                    written = self.store.end_and_claim(
                         ends, self.worker_id, self.queues, refill, clock.now(), queue_limits()
                     )
-                return self.store.end_tasks(ends), []
-            except (OperationalError, InterfaceError) as e:
+                else:
+                    written = self.store.end_tasks(ends), []
+            except DatabaseError as e:
+                if not unreachable(e):
+                    # The database refuses the data itself: retrying would block every other end.
+                    return self._end_one_by_one(ends, e), []
                 # A terminal state is never dropped: keep trying until the database answers.
                 refill = 0
                 errors += 1
-                self._report(
-                    logger.warning, "Could not record %d run ends (%s); retrying", len(ends), e
-                )
+                self.database.failed(f"writing {len(ends)} run ends", e)
                 self.store.reset_connection()
                 time.sleep(self._retry_delay(errors))
                 self._finisher_since = time.monotonic()
-            except DatabaseError as e:
-                # The database refuses the data itself: retrying would block every other end.
-                return self._end_one_by_one(ends, e), []
+                continue
+            if errors:
+                self.database.reached()
+            return written
 
     def _end_one_by_one(self, ends: list[TaskEnd], error: DatabaseError) -> list[bool]:
         if len(ends) > 1:
@@ -557,17 +615,25 @@ class WorkerRuntime:
 
     def _housekeeping_loop(self) -> None:
         due = {"heartbeat": 0.0, "zombies": 0.0, "cleanup": 0.0, "cancels": 0.0}
+        errors = 0
         # Until the last run returned: the lease and cancel delivery cover the drain.
         while not self._closed.is_set():
             now = time.monotonic()
+            wait = CANCEL_POLL
             try:
                 self._housekeeping_tick(now, due)
+                errors = 0
             except DatabaseError as e:
-                self._report(logger.warning, "Database error during housekeeping (%s)", e)
+                errors += 1
+                if unreachable(e):
+                    self.database.failed("housekeeping", e)
+                    wait = max(wait, self._retry_delay(errors))
+                else:
+                    self._report(logger.warning, "Database error during housekeeping (%s)", e)
                 self.store.reset_connection()
             except Exception as e:
                 self._report(logger.error, "Housekeeping failed (%r); continuing", e)
-            self._check_cancels.wait(CANCEL_POLL)
+            self._check_cancels.wait(wait)
         connections.close_all()
 
     def _housekeeping_tick(self, now: float, due: dict[str, float]) -> None:
@@ -615,8 +681,10 @@ class WorkerRuntime:
             self._stall(stuck)
             return
         self._sync_clock()
-        if self.store.heartbeat(self.worker_id, clock.now()):
-            self._renewed = time.monotonic()
+        now = clock.now()
+        if self.store.heartbeat(self.worker_id, now):
+            self._witness.renewed(now)
+            self.database.reached()
             return
         self._lease_lost()
 
@@ -638,19 +706,33 @@ class WorkerRuntime:
         self._report(
             logger.error,
             "%s of worker %s made no progress for more than %g s (the lease timeout); "
-            "no longer renewing its lease so its runs are recovered, and stopping",
+            "no longer renewing its lease so that its %d running tasks are recovered "
+            "elsewhere, and %s (exit code %d)",
             part.capitalize(),
             self.worker_id,
             self.lease_timeout,
+            self._executing(),
+            "exiting" if self.owns_process else "stopping",
+            EXIT_STALLED,
         )
+        self._stop_for_good(EXIT_STALLED)
+
+    def _stop_for_good(self, code: int) -> None:
         self.request_stop()
         if self.owns_process:
-            self._spawn(self._exit_if_stuck, "workers-exit")
+            self._spawn(lambda: self._exit_if_stuck(code), "workers-exit")
 
-    def _exit_if_stuck(self) -> None:
-        # A stuck part may never let run() return: give the shutdown a moment, then exit.
+    def _exit_if_stuck(self, code: int) -> None:
+        # A stuck part may never let run() return: give the shutdown a moment, then exit,
+        # after the reporter has written what it holds (the line that says why).
         if not self._closed.wait(max(self.heartbeat_interval, 2.0)):
-            os._exit(EXIT_STALLED)
+            self._reporter.stop(wait=1.0)
+            os._exit(code)
+
+    def _executing(self) -> int:
+        """How many functions of this runtime have not returned yet."""
+        with self._lock:
+            return sum(1 for h in self._active.values() if not h.returned)
 
     def _lease_lost(self) -> None:
         """Another worker declared this one dead: its runs were recovered and may run again."""
@@ -661,12 +743,27 @@ class WorkerRuntime:
         for handle in running:
             handle.request_cancel(CancelReason.SUPERSEDED)
         if running and self.owns_process:
-            # Only an exit guarantees no function runs twice.
-            self._stall("the lease (declared dead by another worker)")
+            # Their records moved on (the fence refuses these runs' writes) and may run
+            # elsewhere already: an exit stops these copies now, whatever they poll.
+            self.lease_taken = True
+            self._report(
+                logger.error,
+                "The lease of worker %s was taken by another worker's sweep (it could not "
+                "heartbeat for longer than the lease timeout, %g s, while the database was "
+                "up for others) with %d tasks running here; their records were recovered, "
+                "so this process exits (exit code %d) for its service manager to start it "
+                "again",
+                self.worker_id,
+                self.lease_timeout,
+                len(running),
+                EXIT_LEASE_TAKEN,
+            )
+            self._stop_for_good(EXIT_LEASE_TAKEN)
             return
         self._report(
             logger.warning,
-            "Lease of %s was lost (declared dead); registering again",
+            "The lease of worker %s was taken by another worker's sweep (declared dead); "
+            "no task was running here, so it registers again and goes on",
             self.worker_id,
         )
         with self._lease_turn:
@@ -680,7 +777,7 @@ class WorkerRuntime:
             if w.host == self.host and w.id != self.worker_id and not _pid_alive(w.pid)
         ]
         recovered = self.store.recover_zombies(
-            lease_timeout=self.lease_timeout, now=clock.now(), dead=dead
+            now=clock.now(), stale_before=self._witness.stale_before(), dead=dead
         )
         if recovered:
             self._report(report_recovered, self.store, recovered)
@@ -738,12 +835,13 @@ class WorkerRuntime:
             self._report(
                 logger.info, "Draining %d running tasks (up to %g s)", running, drain_timeout
             )
-        settled = self._wait_idle(0.0 if self.stalled else drain_timeout)
-        if not settled:
+        settled = self._wait_idle(0.0 if self.stalled or self.lease_taken else drain_timeout)
+        if not settled and (executing := self._executing()):
             self._report(
                 logger.warning,
-                "%d tasks still running after %g s; leaving them RUNNING",
-                self._busy,
+                "%d tasks still running after the drain timeout (%g s); leaving them "
+                "RUNNING for the zombie sweep",
+                executing,
                 drain_timeout,
             )
         if not self.store.durable:

@@ -3,7 +3,8 @@
 Each child is a fresh interpreter (multiprocessing "spawn") that sets Django up
 and runs a ``WorkerRuntime``. The supervisor forwards a stop on SIGTERM/SIGINT
 (as SIGUSR1, ``FORWARDED_STOP``), restarts a child that died unexpectedly (its
-runs are recovered by the zombie sweep), and on a second signal kills the
+runs are recovered by the zombie sweep) after a delay that doubles while
+children keep dying soon after they start, and on a second signal kills the
 children and exits at once. A child takes the group's signal and the forwarded
 stop as one stop request, however far apart its handlers run.
 
@@ -19,8 +20,10 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
+import random
 import signal
 import time
+from dataclasses import dataclass
 from multiprocessing import resource_tracker
 from typing import Any
 
@@ -28,8 +31,11 @@ from django_workers.runtime.process import EXIT_FORCED, FORWARDED_STOP
 
 logger = logging.getLogger(__name__)
 
-#: Seconds a supervisor waits before restarting a child that died.
+#: Seconds a supervisor waits before restarting a child that died, doubled for each
+#: child in a row that died within STABLE seconds of its start, up to RESTART_DELAY_MAX.
 RESTART_DELAY = 1.0
+RESTART_DELAY_MAX = 60.0
+STABLE = 60.0
 
 #: The signals that stop a worker process: held back until its handlers are installed.
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, FORWARDED_STOP})
@@ -39,8 +45,10 @@ def _child_main(options: dict[str, Any]) -> None:
     import django
 
     django.setup()
+    from django_workers.checks import workers_databases
     from django_workers.runtime.process import (
         SAME_STOP_WINDOW,
+        bound_connect_timeouts,
         build_runtime,
         configure_logging,
         install_forwarded_stop,
@@ -48,7 +56,13 @@ def _child_main(options: dict[str, Any]) -> None:
     )
 
     configure_logging(options["verbosity"])
-    runtime = build_runtime(options)
+    bound_connect_timeouts(workers_databases())
+    try:
+        runtime = build_runtime(options)
+    except Exception as e:  # one line per failed start; the supervisor retries with backoff
+        logger.error("Worker process %s could not start: %r", os.getpid(), e)
+        logger.debug("Why the worker process could not start", exc_info=True)
+        raise SystemExit(1) from None
     # The group's signal and the supervisor's forwarded one are one stop request.
     install_signal_handlers(runtime.request_stop, same_stop_window=SAME_STOP_WINDOW)
     install_forwarded_stop(runtime.request_stop)
@@ -67,6 +81,22 @@ def _how_it_ended(exitcode: int) -> str:
         return f"was killed by {signal.Signals(-exitcode).name}"
     except ValueError:
         return f"was killed by signal {-exitcode}"
+
+
+@dataclass
+class _Slot:
+    """One of the supervisor's worker processes, and how its restarts have gone."""
+
+    child: multiprocessing.process.BaseProcess
+    started: float
+    failures: int = 0
+    restart_at: float | None = None
+
+
+def restart_delay(failures: int) -> float:
+    """Seconds before restarting after ``failures`` quick deaths in a row: doubling, jittered."""
+    delay = min(RESTART_DELAY * 2 ** min(failures - 1, 16), RESTART_DELAY_MAX)
+    return delay / 2 + random.uniform(0, delay / 2)
 
 
 class Supervisor:
@@ -93,19 +123,13 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        self._children = [self._start_child() for _ in range(self.count)]
+        slots = [_Slot(self._start_child(), time.monotonic()) for _ in range(self.count)]
+        self._children = [slot.child for slot in slots]
         while True:
-            for n, child in enumerate(self._children):
-                if child.is_alive() or child.exitcode is None:
-                    continue
-                if self._signals or self.options["burst"] or child.exitcode in (0, 3):
-                    continue
-                logger.warning(
-                    "Worker process %s %s; restarting", child.pid, _how_it_ended(child.exitcode)
-                )
-                time.sleep(RESTART_DELAY)
-                self._children[n] = self._start_child()
-            if all(not c.is_alive() for c in self._children):
+            for slot in slots:
+                self._watch(slot)
+            self._children = [slot.child for slot in slots]
+            if all(slot.restart_at is None and not slot.child.is_alive() for slot in slots):
                 break
             time.sleep(0.2)
         for child in self._children:
@@ -114,6 +138,27 @@ class Supervisor:
         # A child killed by a signal has a negative exit code: that is a failure too.
         codes = [1 if (c.exitcode or 0) < 0 else (c.exitcode or 0) for c in self._children]
         return max(codes, default=0)
+
+    def _watch(self, slot: _Slot) -> None:
+        """Restart the slot's child if it died unexpectedly, once its delay has passed."""
+        child, now = slot.child, time.monotonic()
+        if self._signals or self.options["burst"]:
+            slot.restart_at = None
+        elif slot.restart_at is not None:
+            if now >= slot.restart_at:
+                slot.child, slot.started, slot.restart_at = self._start_child(), now, None
+        elif not child.is_alive() and child.exitcode not in (None, 0, 3):
+            lived = now - slot.started
+            slot.failures = 1 if lived >= STABLE else slot.failures + 1
+            delay = restart_delay(slot.failures)
+            slot.restart_at = now + delay
+            logger.warning(
+                "Worker process %s %s after %.1f s; restarting in %.1f s",
+                child.pid,
+                _how_it_ended(child.exitcode or 0),
+                lived,
+                delay,
+            )
 
     def _start_child(self) -> multiprocessing.process.BaseProcess:
         child = self._context.Process(

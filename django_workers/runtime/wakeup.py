@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import socket
 import threading
 from collections.abc import Callable, Collection
@@ -141,8 +142,10 @@ class Listener:
                             self._on_notify(note.payload)
             except (psycopg.Error, DatabaseError) as e:
                 self.ready.clear()
-                logger.warning("LISTEN connection lost (%s); reconnecting in %.1f s", e, delay)
-                self._stopped.wait(delay)
+                # One line per outage (the runtime warns of the outage itself).
+                log = logger.info if delay == 0.5 else logger.debug
+                log("LISTEN connection lost (%s); reconnecting", str(e).strip().split("\n")[0])
+                self._stopped.wait(delay / 2 + random.uniform(0, delay / 2))
                 delay = min(delay * 2, 10.0)
 
 

@@ -485,13 +485,14 @@ class WorkerStore(abc.ABC):
 
     @abc.abstractmethod
     def recover_zombies(
-        self, *, lease_timeout: float, now: datetime, dead: Iterable[str] = ()
+        self, *, now: datetime, stale_before: datetime | None, dead: Iterable[str] = ()
     ) -> list[TaskEnd]:
         """End or requeue the RUNNING runs of dead workers through ``end_tasks``; never a live one.
 
-        Dead: a lease older than ``lease_timeout`` at ``now`` (the database's
-        clock), an id in ``dead`` (a same-host pid that is gone), or no lease row
-        at all. A run with retries left goes back to PENDING, others end FAILED
+        Dead: a lease whose last heartbeat is older than ``stale_before`` (the
+        database's clock; None: no lease counts as expired), an id in ``dead`` (a
+        same-host pid that is gone), or no lease row at all. ``now`` stamps the
+        ends. A run with retries left goes back to PENDING, others end FAILED
         "Worker lost"; the slots dead workers held are freed. Returns the ends that won.
         """
 

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import nullcontext
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connections, transaction
@@ -863,11 +863,13 @@ class DatabaseWorkerStore(WorkerStore):
 
     @_one_writer
     def recover_zombies(
-        self, *, lease_timeout: float, now: datetime, dead: Iterable[str] = ()
+        self, *, now: datetime, stale_before: datetime | None, dead: Iterable[str] = ()
     ) -> list[TaskEnd]:
-        cutoff = now - timedelta(seconds=lease_timeout)
+        expired = Q(pk__in=list(dead))
+        if stale_before is not None:
+            expired |= Q(heartbeat_at__lt=stale_before)
         with self._atomic():
-            self._workers().filter(Q(heartbeat_at__lt=cutoff) | Q(pk__in=list(dead))).delete()
+            self._workers().filter(expired).delete()
             live = self._workers().values("id")
             self._slots().exclude(worker_id__in=live).delete()
             zombies = (
@@ -928,14 +930,16 @@ class DatabaseWorkerStore(WorkerStore):
 
     def check_runtime_start(self) -> None:
         connection = connections[self.using]
-        if connection.vendor != "sqlite" or not connection.in_atomic_block:
+        if not connection.in_atomic_block:
             return
-        # SQLite has one write lock, held by this thread's open transaction: the runtime's
-        # threads would wait for it forever ("database table is locked").
+        # The runtime's threads have connections of their own: they cannot see the
+        # transaction's uncommitted rows, and wait on its locks (SQLite's one write lock,
+        # PostgreSQL's row locks) for as long as it stays open, which is forever if the
+        # thread that holds it waits for them.
         raise RuntimeInTransaction(
-            "A WorkerRuntime cannot run on SQLite while this thread is inside a transaction "
-            "(such as a django.test.TestCase): its threads cannot see the uncommitted tasks "
-            "and wait for the transaction's lock forever. In tests, run the tasks in the "
+            "A WorkerRuntime cannot run while this thread is inside a transaction (such as "
+            "a django.test.TestCase): its threads cannot see the uncommitted tasks "
+            "and wait for the transaction's locks forever. In tests, run the tasks in the "
             "test's own thread with django_workers.testing (run_tasks(), the `workers` pytest "
             "fixture or WorkersTestMixin), or use TransactionTestCase / "
             "@pytest.mark.django_db(transaction=True)."

@@ -11,7 +11,7 @@ import copy
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django_workers import clock, lifecycle
@@ -353,14 +353,13 @@ class InMemoryWorkerStore(WorkerStore):
             ]
 
     def recover_zombies(
-        self, *, lease_timeout: float, now: datetime, dead: Iterable[str] = ()
+        self, *, now: datetime, stale_before: datetime | None, dead: Iterable[str] = ()
     ) -> list[TaskEnd]:
-        cutoff = now - timedelta(seconds=lease_timeout)
         with self._lock:
             for worker_id in set(dead):
                 self._workers.pop(worker_id, None)
             for worker in list(self._workers.values()):
-                if worker.heartbeat_at < cutoff:
+                if stale_before is not None and worker.heartbeat_at < stale_before:
                     del self._workers[worker.id]
             for run_id, (_queue, worker_id) in list(self._held.items()):
                 if worker_id not in self._workers:

@@ -153,7 +153,7 @@ def test_the_sweep_requeues_a_dead_workers_run_with_retries_left(store: WorkerSt
     register(store, "dead", age=60.0)
     task_id = submit(store, "t", retries=1)
     claim(store, worker="dead")
-    [end] = store.recover_zombies(lease_timeout=30.0, now=clock.now())
+    [end] = store.recover_zombies(now=clock.now(), stale_before=clock.now() - timedelta(seconds=30))
     assert (end.kind, end.task_id) == (EndKind.REQUEUE, task_id)
     back = info(store, task_id)
     assert (back.status, back.worker_id, back.attempts) == ("PENDING", None, 1)
@@ -172,7 +172,7 @@ def test_the_sweep_fails_a_dead_workers_last_attempt_and_frees_its_slots(
     cancel_task(cancelled, System(), store=store)  # its function "runs on" in the dead worker
     alive = submit(store, "alive")
     claim(store, worker="alive")
-    [end] = store.recover_zombies(lease_timeout=30.0, now=clock.now())
+    [end] = store.recover_zombies(now=clock.now(), stale_before=clock.now() - timedelta(seconds=30))
     assert (end.kind, end.task_id) == (EndKind.WORKER_LOST, lost)
     failed = info(store, lost)
     assert failed.status == "FAILED"

@@ -33,6 +33,7 @@ from django_workers import (
 )
 from django_workers.cancellation import CancelToken
 from django_workers.info import TaskInfo
+from django_workers.lifecycle import WORKER_LOST_MESSAGE
 from django_workers.live import live_runs
 from django_workers.runtime.run import RunHandle, backoff
 from django_workers.runtime.runtime import EXIT_DRAIN_TIMEOUT, EXIT_OK, WorkerRuntime
@@ -779,7 +780,7 @@ def test_a_run_of_a_worker_with_a_stale_lease_is_recovered_at_start_up(
         info = wait_for_status(tx_store, task_id, FAILED)
         assert error_of(info) == (
             "django_workers.exceptions.WorkerLost",
-            "Worker lost: its worker stopped heartbeating while the task ran.",
+            WORKER_LOST_MESSAGE,
         )
         assert info.attempts == 1
     assert "ghost" not in {w.id for w in tx_store.list_workers()}
@@ -964,7 +965,7 @@ def test_progress_of_a_superseded_run_never_reaches_the_new_run(
 
 def _lose_claim(store: WorkerStore, served: RuntimeThread, task_id: str) -> TaskInfo:
     """Declare ``served`` dead (as a sweep would) and let a live worker claim the task again."""
-    store.recover_zombies(lease_timeout=3600.0, now=clock.now(), dead=[served.runtime.worker_id])
+    store.recover_zombies(now=clock.now(), stale_before=None, dead=[served.runtime.worker_id])
     register(store, "successor", host="elsewhere", pid=1, age=0)
     again = claim_for(store, "successor", task_id)
     assert again.run_id == info_of(store, task_id).run_id  # a re-claim keeps the run id

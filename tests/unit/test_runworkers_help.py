@@ -48,8 +48,8 @@ def test_help_shows_each_default(default: str) -> None:
 def test_help_lists_every_exit_code() -> None:
     codes = help_text().split("exit codes:\n", 1)[1]
     listed = [line.split()[0] for line in codes.splitlines() if line.strip()]
-    assert listed == ["0", "1", "2", "3", "4", "130"]
-    assert "lease lost" in codes
+    assert listed == ["0", "1", "2", "3", "4", "5", "130"]
+    assert "lease taken" in codes
 
 
 def test_help_says_what_each_verbosity_shows() -> None:

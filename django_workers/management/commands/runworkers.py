@@ -8,7 +8,9 @@ and what --verbosity changes are in ``EPILOG``, which ``--help`` prints.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
+import time
 from typing import Any
 
 from django.core.management.base import (
@@ -24,8 +26,16 @@ from django_workers import local_wake
 from django_workers.checks import missing_tables, workers_databases
 from django_workers.conf import queue_limits, workers_settings
 from django_workers.management.arguments import positive_int, queue_list, seconds
-from django_workers.runtime.process import build_runtime, configure_logging, install_signal_handlers
+from django_workers.runtime.outage import backoff_delay, unreachable
+from django_workers.runtime.process import (
+    bound_connect_timeouts,
+    build_runtime,
+    configure_logging,
+    install_signal_handlers,
+)
 from django_workers.stores import default_store
+
+logger = logging.getLogger(__name__)
 
 EPILOG = """\
 verbosity (-v):
@@ -36,12 +46,17 @@ verbosity (-v):
   stderr unless LOGGING already has a handler; per-task lines use the logger
   django_workers.runtime.tasks, so LOGGING can silence them alone.
 
+database:
+  a database that cannot be reached is waited for, at start (except with --burst)
+  and while running, however long: one warning when it goes, one line when it is back
+
 exit codes:
   0    stopped cleanly (a drain in which every task ended, or --burst with nothing left)
-  1    could not start: database unreachable, or a setting is wrong
+  1    could not start: a wrong setting, missing tables, or (--burst) no database
   2    bad command-line arguments
   3    the drain timeout passed with tasks still running (left to zombie recovery)
-  4    stuck (no progress for longer than the lease) or lease lost while tasks ran
+  4    stuck: the claim loop or end writer made no progress for longer than the lease
+  5    lease taken: other workers recovered this one's tasks while they ran here
   130  a second SIGTERM/SIGINT forced an immediate exit
 """
 
@@ -107,10 +122,14 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
+        bound_connect_timeouts(workers_databases())
         # The database first: the checks read it, and an unreachable one would fail them
         # with a traceback instead of this one message.
         for alias in workers_databases():
-            self._check_database(alias)
+            if options["burst"]:
+                self._check_database(alias)
+            else:
+                self._wait_for_database(alias)
         if not options["skip_checks"]:
             self.check(databases=workers_databases())
             if problem := missing_tables():
@@ -141,6 +160,34 @@ class Command(BaseCommand):
                 f"running and that DATABASES[{alias!r}] (engine, host, port, name, user) points "
                 "at it, then start the workers again."
             ) from e
+
+    def _wait_for_database(self, alias: str) -> None:
+        """Wait for the database like a running worker would: one warning, then retries."""
+        errors = 0
+        while True:
+            try:
+                connections[alias].ensure_connection()
+            except DatabaseError as e:
+                if not unreachable(e):
+                    raise
+                errors += 1
+                if errors == 1:
+                    logger.warning(
+                        "Cannot reach database %r (%s); waiting for it. Check that the "
+                        "database server is running and that DATABASES[%r] points at it; "
+                        "with --burst, runworkers exits instead of waiting",
+                        alias,
+                        str(e).strip().splitlines()[0] if str(e).strip() else e,
+                        alias,
+                    )
+                try:
+                    time.sleep(backoff_delay(errors, cap=10.0))
+                except KeyboardInterrupt:
+                    raise SystemExit(130) from None
+                continue
+            if errors:
+                logger.info("Database %r reachable; starting", alias)
+            return
 
     def _banner(self, store: Any, options: dict[str, Any], worker_id: str = "") -> None:
         alias = getattr(store, "using", None)
