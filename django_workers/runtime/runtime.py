@@ -220,6 +220,8 @@ class WorkerRuntime:
         self._until_reached("start-up", self._first_contact)
         if self.recover_zombies:
             self._until_reached("start-up", self._sweep_zombies)
+        # The claim loop starts now: a start that waited for the database was no stall.
+        self._claim_beat = time.monotonic()
         self._spawn(self._finisher_loop, "workers-finisher")
         for n in range(self.concurrency):
             self._spawn(self._run_loop, f"workers-run-{n}")

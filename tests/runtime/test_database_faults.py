@@ -141,16 +141,20 @@ def test_a_runtime_started_while_the_database_is_away_waits_for_it(
     from django_workers.runtime.runtime import WorkerRuntime
 
     runtime = WorkerRuntime(
-        db_store, concurrency=1, poll_interval=0.02, heartbeat_interval=0.2, lease_timeout=2.0
+        db_store, concurrency=1, poll_interval=0.02, heartbeat_interval=0.1, lease_timeout=1.0
     )
     waiting = RuntimeThread(runtime, drain_timeout=5.0)
     served.append(waiting)
     waiting._thread.start()
     wait_until(lambda: "Database unavailable (start-up" in caplog.text, timeout=10.0)
-    assert not runtime.started.is_set()
+    # Longer than the lease: a start that waits is no stall.
+    with pytest.raises(AssertionError):
+        wait_until(lambda: runtime.started.is_set() or not waiting.alive, timeout=2.5)
     back()
     assert runtime.started.wait(10.0)
     assert wait_for_status(db_store, task_id, COMPLETED).result == 5
+    with pytest.raises(AssertionError):
+        wait_until(lambda: runtime.stalled or not waiting.alive, timeout=1.5)
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert [r.getMessage().split(" (")[0] for r in warnings] == ["Database unavailable"]
     assert "Database reachable again after" in caplog.text
