@@ -72,6 +72,25 @@ def live_counts(alias: str) -> tuple[int, int]:
     return tasks, flows
 
 
+def describe_live(alias: str, shown: int = 10) -> str:
+    """The counts by status, and the first live records: their worker, start and executions."""
+    from tests.models import Execution
+
+    try:
+        records = TaskRecord.objects.using(alias)
+        statuses = dict(Counter(records.values_list("status", flat=True)))
+        live = records.filter(status__in=LIVE_STATUSES).order_by("id")[:shown]
+        lines = [
+            f"  {r.id} {r.status} worker={r.worker_id} attempts={r.attempts} "
+            f"started_at={r.started_at} executions="
+            f"{Execution.objects.using(alias).filter(task_id=r.id).count()}"
+            for r in live
+        ]
+    except DatabaseError as e:
+        return f"(unreadable: {e})"
+    return f"{statuses}; first live:\n" + "\n".join(lines)
+
+
 def wait_drained(
     alias: str,
     *,
@@ -102,13 +121,8 @@ def wait_drained(
         if left != last:
             last, moved = left, now
         if now - moved > stall or now > deadline:
-            try:
-                found = TaskRecord.objects.using(alias).values_list("status", flat=True)
-                statuses = dict(Counter(found))
-            except DatabaseError as e:
-                statuses = {"unreadable": str(e)}
             raise AssertionError(
                 f"{left[0]} tasks and {left[1]} workflows still live after {now - started:.0f} s, "
-                f"none ended in the last {now - moved:.0f} s: {statuses}"
+                f"none ended in the last {now - moved:.0f} s: {describe_live(alias)}"
             )
         time.sleep(0.2)
