@@ -4,7 +4,7 @@
 quotes (a 60 s outage under the default 30 s lease, 5,000 tasks and 100
 workflows under kill -9, ...); without it the suite's sizes keep all the fault
 tests together within about three minutes on two cores. Each figure can also
-be set alone with the variable named beside it.
+be set alone with the variables that ``current()`` reads.
 """
 
 from __future__ import annotations
