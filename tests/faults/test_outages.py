@@ -51,7 +51,7 @@ DATABASE_ERRORS = {"django.db.utils.OperationalError", "django.db.utils.Interfac
 #: Seconds between the start of the runs that straddle the outage and the stop.
 LEAD = 2.0
 #: Short tasks drained around the outage.
-DRAIN = 400
+DRAIN = 250
 
 
 def submit(store: DatabaseWorkerStore, prefix: str, count: int, **kwargs: object) -> list[str]:
