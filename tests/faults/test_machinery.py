@@ -15,14 +15,14 @@ import psycopg
 import pytest
 from django.utils import timezone
 
-from django_workers import System, TaskSubmission, submit_tasks
+from django_workers import System, TaskStatus, TaskSubmission, submit_tasks
 from django_workers.models import TaskRecord, WorkflowRecord
 from django_workers.workflows import Workflow
 from tests import tasks
 from tests.faults import FAULT_TEST
 from tests.faults.cluster import PrivateCluster, _children
 from tests.faults.database import ALIAS, FaultDatabase, wait_drained
-from tests.faults.invariants import check_invariants
+from tests.faults.invariants import WORKER_LOST, check_invariants
 from tests.faults.proxy import TcpProxy
 from tests.helpers import end_record, start_runtime, wait_until
 from tests.models import Execution
@@ -213,3 +213,26 @@ def test_the_checker_rejects_a_workflow_whose_end_disagrees_with_its_nodes(
     message = str(failed.value)
     assert "- workflow node disagrees with its record (1): absorbed:always" in message
     assert "- workflow ended in a state its nodes do not call for (1): absorbed (failed;" in message
+
+
+def test_the_checker_allows_a_lost_claim_after_a_crash_only_and_no_worker_lost_without_a_kill(
+    faults_db: FaultDatabase,
+) -> None:
+    store = faults_db.store()
+    claimed_twice, recovered = _submit(faults_db, "claimed-twice", "recovered")
+    end_record(store, claimed_twice)
+    lost = {"type": WORKER_LOST, "message": "Worker lost"}
+    end_record(store, recovered, TaskStatus.FAILED, error=lost)
+    base = timezone.now() - timedelta(minutes=1)
+    # The same run and attempt twice, in two live processes: what a lost claim looks like.
+    _execution(claimed_twice, 400, 0, 1, base)
+    _execution(claimed_twice, 401, 2, 3, base)
+    with pytest.raises(AssertionError) as failed:
+        check_invariants(ALIAS, killed={})
+    message = str(failed.value)
+    assert "run again though the process that ran it was not killed (1): claimed-twice" in message
+    assert "no worker was killed (WorkerLost) (1): recovered" in message
+
+    TaskRecord.objects.using(ALIAS).filter(pk=recovered).delete()
+    figures = check_invariants(ALIAS, killed={}, server_crashed=True)
+    assert (figures.lost_claims, figures.reexecutions) == (1, 0)
