@@ -487,3 +487,60 @@ def wf_read(name: str) -> dict[str, Any]:
     except LookupError as e:
         seen["unknown"] = str(e)
     return seen
+
+
+# -- the fault suite (tests/faults): each execution is a row of the ledger, Execution --------
+
+
+def _ledger_start() -> Any:
+    """Insert this execution's ledger row (an ORM write on the run thread's connection)."""
+    import os
+
+    from django.utils import timezone
+
+    from django_workers import current_run
+    from tests.models import Execution
+
+    run = current_run()
+    return Execution.objects.create(
+        task_id=run.id,
+        run_id=run.run_id,
+        attempt=run.attempts,
+        worker_id=run.worker_id or "",
+        pid=os.getpid(),
+        started_at=timezone.now(),
+    )
+
+
+def _ledger_finish(row: Any) -> None:
+    from django.utils import timezone
+
+    from tests.models import Execution
+
+    Execution.objects.filter(pk=row.pk).update(finished_at=timezone.now())
+
+
+def fault_work(hold: float = 0.0, finish: bool = True) -> int:
+    """Record this execution in the ledger, work ``hold`` seconds, record its end; the pid.
+
+    Both records are ORM writes (an insert, an update) on the run thread's own
+    connection, so a task hit by a dropped connection fails its attempt. With
+    ``finish=False`` it returns without touching the database again: a function
+    that can end while the database is away (its ledger row keeps no end).
+    """
+    import os
+
+    row = _ledger_start()
+    # Not time.sleep, as in record_execution: safe under faketime too.
+    threading.Event().wait(hold)
+    if finish:
+        _ledger_finish(row)
+    return os.getpid()
+
+
+def fault_fail(hold: float = 0.0) -> None:
+    """Like ``fault_work(hold)``, then raise: a workflow node or undo that fails."""
+    row = _ledger_start()
+    threading.Event().wait(hold)
+    _ledger_finish(row)
+    raise ValueError("this step fails on purpose")
