@@ -24,6 +24,7 @@ is away the runtime waits for it (see ``outage``), however long.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -32,7 +33,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
@@ -80,6 +81,9 @@ FINISH_BATCH = 200
 #: claimed together end together, and one write (and one refill claim) serves them all.
 FINISH_GAP = 0.0005
 FINISH_LINGER = 0.002
+#: How many of the latest dispatched run ids a runtime remembers: a RUNNING record of
+#: this worker whose run it never dispatched is a claim whose answer was lost.
+DISPATCHED_KEPT = 4096
 #: Exit codes of ``run()``: stopped cleanly; runs outlived the drain; a part of the
 #: runtime was stuck; another worker took the lease while runs were executing here.
 EXIT_OK, EXIT_DRAIN_TIMEOUT, EXIT_STALLED, EXIT_LEASE_TAKEN = 0, 3, 4, 5
@@ -150,6 +154,12 @@ class WorkerRuntime:
         self._witness = LeaseWitness(self.lease_timeout, max_gap)
         self.database = DatabaseWatch(self._report, on_lost=self._witness.broken)
         self._threads: list[threading.Thread] = []
+        # Claims under way, how many have begun, and whether one failed since the last
+        # look for records it may have claimed anyway; the runs dispatched lately.
+        self._claims_in_flight = 0
+        self._claim_generation = 0
+        self._claims_unsure = False
+        self._dispatched: collections.deque[str] = collections.deque(maxlen=DISPATCHED_KEPT)
         self._watchdog = Watchdog(self._expire)
         # Every runtime runs the scheduler pass: no leader, no separate beat process.
         self.scheduler = Scheduler(self.store, self._report)
@@ -315,10 +325,31 @@ class WorkerRuntime:
             free = self.concurrency - self._busy
         if free <= 0:
             return [], free
-        claimed = self.store.claim(self.worker_id, self.queues, free, clock.now(), limits)
-        for info in self._begin(claimed):
-            self._dispatch(info)
+        with self._claiming():
+            claimed = self.store.claim(self.worker_id, self.queues, free, clock.now(), limits)
+            for info in self._begin(claimed):
+                self._dispatch(info)
         return claimed, free
+
+    @contextlib.contextmanager
+    def _claiming(self) -> Iterator[None]:
+        """Around a claim and the hand-off of its runs; a claim that fails may have committed.
+
+        A connection lost after the database committed a claim, before its answer
+        came back, leaves records RUNNING under this worker that no thread runs:
+        ``_give_back_lost_claims`` finds them once no claim is in flight.
+        """
+        with self._lock:
+            self._claims_in_flight += 1
+            self._claim_generation += 1
+        try:
+            yield
+        except BaseException:
+            self._claims_unsure = True
+            raise
+        finally:
+            with self._lock:
+                self._claims_in_flight -= 1
 
     def _on_listened(self, payload: str) -> None:
         """A notice on the LISTEN connection: new work is claimed here, on that connection.
@@ -374,6 +405,7 @@ class WorkerRuntime:
                     self._busy -= 1  # the refill's slot is free after all
             else:
                 self._active[handle.run_id] = handle
+                self._dispatched.append(handle.run_id)
                 if not slot_held:
                     self._busy += 1
         if again:
@@ -460,8 +492,10 @@ class WorkerRuntime:
         except DatabaseError as e:
             self._report(logger.warning, "Pre-run check of %d runs failed (%s)", len(nodes), e)
             self.store.reset_connection()
-            with contextlib.suppress(DatabaseError):  # else the sweep requeues them
+            try:
                 self.store.end_tasks([lifecycle.release_end(i, self.worker_id) for i in nodes])
+            except DatabaseError:
+                self._claims_unsure = True  # given back later, by _give_back_lost_claims
             checked = {info.run_id for info in nodes}
             return [info for info in claimed if info.run_id not in checked]
         refused = {info.run_id for info, ok in zip(nodes, allowed, strict=True) if not ok}
@@ -542,11 +576,12 @@ class WorkerRuntime:
         # The slots of the runs that returned are refilled with the same write: their ends
         # are stored first, so this worker never holds more RUNNING records than slots.
         refill = 0 if self._stopping.is_set() else len(returned)
-        won, claimed = self._end_with_retry([end for end, _h, _r in batch], refill)
-        started = self._begin(claimed)
-        self._release(*returned, kept=len(started))
-        for info in started:
-            self._dispatch(info, slot_held=True)
+        with self._claiming() if refill else contextlib.nullcontext():
+            won, claimed = self._end_with_retry([end for end, _h, _r in batch], refill)
+            started = self._begin(claimed)
+            self._release(*returned, kept=len(started))
+            for info in started:
+                self._dispatch(info, slot_held=True)
         # Logging and signal receivers can block: never on this thread. A batch with
         # nothing to say costs no hand-off at all.
         if worth_reporting(batch, won):
@@ -570,6 +605,8 @@ class WorkerRuntime:
                     # The database refuses the data itself: retrying would block every other end.
                     return self._end_one_by_one(ends, e), []
                 # A terminal state is never dropped: keep trying until the database answers.
+                if refill:
+                    self._claims_unsure = True  # the claim may have committed all the same
                 refill = 0
                 errors += 1
                 self.database.failed(f"writing {len(ends)} run ends", e)
@@ -648,6 +685,8 @@ class WorkerRuntime:
             self._heartbeat()
         if self._stopping.is_set():
             return
+        if self._claims_unsure:
+            self._give_back_lost_claims()
         if self.recover_zombies and now >= due["zombies"]:
             due["zombies"] = now + self.lease_timeout / 2
             self._sweep_zombies()
@@ -771,6 +810,36 @@ class WorkerRuntime:
         with self._lease_turn:
             if not self._closed.is_set():
                 self._register()
+
+    def _give_back_lost_claims(self) -> None:
+        """Put back in their queues the records a failed claim took for this worker.
+
+        Read while no claim is under way, and used only if none began meanwhile: a
+        record RUNNING under this worker whose run it never dispatched was claimed by
+        a statement whose answer never came back. Each goes back fenced on its run.
+        """
+        with self._lock:
+            if self._claims_in_flight:
+                return
+            generation = self._claim_generation
+        held = self.store.runs_claimed_by(self.worker_id)
+        with self._lock:
+            if self._claims_in_flight or self._claim_generation != generation:
+                return
+            self._claims_unsure = False
+            known = set(self._active) | set(self._dispatched)
+        lost = [info for info in held if info.run_id not in known]
+        if not lost:
+            return
+        won = self.store.end_tasks([lifecycle.release_end(info, self.worker_id) for info in lost])
+        self._report(
+            logger.warning,
+            "Gave back %d tasks whose claim by this worker committed but whose answer was "
+            "lost with the connection: %s",
+            sum(won),
+            ", ".join(info.id for info in lost[:10]),
+        )
+        self._wake.set()
 
     def _sweep_zombies(self) -> None:
         dead = [

@@ -459,6 +459,10 @@ class WorkerStore(abc.ABC):
         """
 
     @abc.abstractmethod
+    def runs_claimed_by(self, worker_id: str) -> list[TaskInfo]:
+        """The RUNNING records that name ``worker_id`` as their worker."""
+
+    @abc.abstractmethod
     def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
         """Which of ``worker_id``'s runs (task id -> run id) must stop, and why.
 

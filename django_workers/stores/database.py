@@ -803,6 +803,10 @@ class DatabaseWorkerStore(WorkerStore):
             workers = {e.worker_id for e in lost if e.kind is EndKind.RUN}
             self._slots().filter(run_id__in=runs, worker_id__in=workers).delete()
 
+    def runs_claimed_by(self, worker_id: str) -> list[TaskInfo]:
+        running = self._records().filter(status=TaskStatus.RUNNING, worker_id=worker_id)
+        return self._infos(list(running.values(*COLUMNS)))
+
     def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
         if not runs:
             return {}

@@ -320,6 +320,14 @@ class InMemoryWorkerStore(WorkerStore):
         if held is not None and held[1] == end.worker_id:
             del self._held[end.run_id]
 
+    def runs_claimed_by(self, worker_id: str) -> list[TaskInfo]:
+        with self._lock:
+            return [
+                self._info(row)
+                for row in self._rows.values()
+                if row["status"] == TaskStatus.RUNNING and row["worker_id"] == worker_id
+            ]
+
     def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
         with self._lock:
             return {

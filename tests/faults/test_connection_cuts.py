@@ -134,7 +134,9 @@ def test_connections_cut_mid_drain_every_task_completes_and_the_workers_serve_on
     # Each worker still claims and runs: one more task on a queue only it serves.
     assert exited(workers) is None
     extra = [
-        submit_task(f"after-{i}", tasks.fault_work, System(), queue=f"w{i}", store=store)
+        submit_task(
+            f"after-{i}", tasks.fault_work, System(), queue=f"w{i}", scope="global", store=store
+        )
         for i in range(WORKERS)
     ]
     for task_id in extra:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, OperationalError, connection
 
 from django_workers import (
     DatabaseUnavailable,
@@ -27,7 +27,9 @@ from django_workers import (
 )
 from django_workers.cancellation import CancelReason
 from django_workers.handles import close_listeners
+from django_workers.info import TaskInfo
 from django_workers.models import WorkerProcess
+from django_workers.stores import WorkerStore
 from django_workers.stores.database import DatabaseWorkerStore
 from tests import tasks
 from tests.helpers import RuntimeThread, start_runtime, wait_for_status, wait_until
@@ -222,3 +224,36 @@ def test_a_node_that_ignores_its_workflows_cancel_still_ends_at_its_timeout(
     # The workflow ends with it, while the function still runs.
     assert handle.wait(5.0).state in {"failed", "cancelled"}
     assert tasks.calls[name] == 1
+
+
+# -- a claim whose answer was lost --------------------------------------------------------------
+
+
+def test_records_a_claim_took_whose_answer_was_lost_go_back_and_run(
+    tx_store: WorkerStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    original = tx_store.claim
+    lost: list[str] = []
+
+    def claim_then_lose_the_answer(*args: Any, **kwargs: Any) -> list[TaskInfo]:
+        claimed = original(*args, **kwargs)
+        if claimed and not lost:
+            lost.extend(info.id for info in claimed)
+            # As a connection cut between the claim's commit and its answer.
+            raise OperationalError("server closed the connection unexpectedly")
+        return claimed
+
+    tx_store.claim = claim_then_lose_the_answer  # type: ignore[method-assign]
+    task_ids = [
+        submit_task(f"t{n}", tasks.add, System(), args=[n, n], scope="global", store=tx_store)
+        for n in range(3)
+    ]
+    runtime = start_runtime(tx_store, concurrency=4)
+    try:
+        ends = [wait_for_status(tx_store, t, COMPLETED, timeout=10.0) for t in task_ids]
+    finally:
+        runtime.stop()
+    assert lost
+    assert [end.result for end in ends] == [0, 2, 4]
+    assert all(end.attempts == 1 for end in ends)  # given back, not counted as an attempt
+    assert "committed but whose answer was lost" in caplog.text
