@@ -15,6 +15,7 @@ from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from django_workers.authority import KEY_MAX_LENGTH, OWNER_MAX_LENGTH, TASK_ID_MAX_LENGTH
+from django_workers.bounds import NODE_LABEL_MAX_LENGTH
 from django_workers.cancellation import CancelReason
 from django_workers.info import TaskStatus
 
@@ -92,7 +93,8 @@ class TaskRecord(models.Model):
     run_id = models.CharField(max_length=32)
     worker_id = models.CharField(max_length=64, null=True, blank=True)
     workflow = models.CharField(max_length=200, null=True, blank=True)
-    node = models.CharField(max_length=64, null=True, blank=True)
+    # A node's name, or its undo's label (the name and ":undo").
+    node = models.CharField(max_length=NODE_LABEL_MAX_LENGTH, null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
