@@ -701,10 +701,13 @@ class DatabaseWorkerStore(WorkerStore):
         if not (self._one_statement_of_runs(ends) and self._autocommit()):
             return None
         connection = connections[self.using]
-        found = sql.lock_and_finish_postgres(connection, flows, WORKFLOW_COLUMNS, ends, begin=True)
-        if found is None:
-            return None
         try:
+            # Its BEGIN stays open on the server if a statement after it is refused.
+            found = sql.lock_and_finish_postgres(
+                connection, flows, WORKFLOW_COLUMNS, ends, begin=True
+            )
+            if found is None:
+                return None
             saves = self._plain_reactions(ends, *found)
             if saves is None:
                 sql.rollback_postgres(connection)
