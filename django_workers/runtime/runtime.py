@@ -37,6 +37,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.utils import timezone
 
 from django_workers import clock, lifecycle
+from django_workers.bounds import ERROR_MESSAGE_MAX_LENGTH, fit
 from django_workers.cancellation import CancelReason
 from django_workers.conf import queue_limits, served_limits, workers_settings
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
@@ -499,6 +500,16 @@ class WorkerRuntime:
         self, ends: list[TaskEnd], refill: int = 0
     ) -> tuple[list[bool], list[TaskInfo]]:
         """Store ``ends``; with ``refill``, also claim up to that many runs (first try only)."""
+        try:
+            return self._store_ends(ends, refill)
+        except DatabaseError as e:
+            # The database refuses the data itself: retrying would block every other end.
+            return self._end_one_by_one(ends, e), []
+
+    def _store_ends(
+        self, ends: list[TaskEnd], refill: int = 0
+    ) -> tuple[list[bool], list[TaskInfo]]:
+        """Store ``ends`` (and claim), retrying while the database cannot be reached."""
         errors = 0
         while True:
             try:
@@ -517,26 +528,53 @@ class WorkerRuntime:
                 self.store.reset_connection()
                 time.sleep(self._retry_delay(errors))
                 self._finisher_since = time.monotonic()
-            except DatabaseError as e:
-                # The database refuses the data itself: retrying would block every other end.
-                return self._end_one_by_one(ends, e), []
 
     def _end_one_by_one(self, ends: list[TaskEnd], error: DatabaseError) -> list[bool]:
-        if len(ends) > 1:
-            return [self._end_with_retry([end])[0][0] for end in ends]
-        end = ends[0]
-        self._report(
-            logger.error, "The database refused the end of task %s: %s", end.task_id, error
-        )
+        """Store each end alone: one the database refuses ends its record FAILED, saying why."""
+        if len(ends) == 1:
+            return [self._end_refused(ends[0], error)]
+        won = []
+        for end in ends:
+            try:
+                won.append(self._store_ends([end])[0][0])
+            except DatabaseError as e:
+                won.append(self._end_refused(end, e))
+        return won
+
+    def _end_refused(self, end: TaskEnd, error: DatabaseError) -> bool:
+        """Store ``end`` as FAILED with the database's refusal, once; else leave it to the sweep."""
         failure = TaskFailure(
             class_path(type(error)),
-            f"The task ended {end.status} but the database refused to store its outcome: "
-            + str(error).replace("\x00", "\\x00")[:2000],
+            fit(
+                f"The task ended {end.status} but the database refused to store its outcome: "
+                f"{error}",
+                ERROR_MESSAGE_MAX_LENGTH,
+            ),
         )
         fallback = replace(
             end, status=TaskStatus.FAILED, result=None, error=failure.to_json(), errors=None
         )
-        return self._end_with_retry([fallback])[0]
+        try:
+            won = self._store_ends([fallback])[0][0]
+        except DatabaseError as again:
+            # Never a loop: the record stays as it is, for the zombie sweep once this
+            # worker is gone.
+            self._report(
+                logger.error,
+                "The database refused the end of task %s (%s), and its FAILED end too (%s); "
+                "it is left to the zombie sweep",
+                end.task_id,
+                error,
+                again,
+            )
+            return False
+        self._report(
+            logger.error,
+            "The database refused the end of task %s; it ended FAILED instead: %s",
+            end.task_id,
+            error,
+        )
+        return won
 
     def _release(self, *handles: RunHandle, kept: int = 0) -> None:
         """Forget runs whose function returned; ``kept`` of their slots stay taken (refilled)."""
