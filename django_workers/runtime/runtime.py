@@ -712,18 +712,36 @@ class WorkerRuntime:
                 self._register()
 
     def _sweep_zombies(self) -> None:
-        dead = [
-            w.id
-            for w in self.store.list_workers()
-            if w.host == self.host and w.id != self.worker_id and not _pid_alive(w.pid)
-        ]
-        recovered = self.store.recover_zombies(
-            lease_timeout=self.lease_timeout, now=clock.now(), dead=dead
-        )
+        """Recover the runs of dead workers; whatever fails is logged, and the next sweep tries."""
+        try:
+            dead = [
+                w.id
+                for w in self.store.list_workers()
+                if w.host == self.host and w.id != self.worker_id and not _pid_alive(w.pid)
+            ]
+            recovered = self.store.recover_zombies(
+                lease_timeout=self.lease_timeout,
+                now=clock.now(),
+                dead=dead,
+                refused=self._zombie_refused,
+            )
+        except Exception as e:  # never a reason to stop serving, nor not to start
+            self._report(logger.error, "The zombie sweep failed (%r); the next one tries again", e)
+            if isinstance(e, DatabaseError):
+                self.store.reset_connection()
+            return
         if recovered:
             self._report(report_recovered, self.store, recovered)
         if dead or recovered:
             self._wake.set()
+
+    def _zombie_refused(self, task_id: str, error: Exception) -> None:
+        self._report(
+            logger.error,
+            "The zombie sweep could not end task %s (%r); it goes on with the others",
+            task_id,
+            error,
+        )
 
     def cleanup(self) -> int:
         """Delete finished records older than their retention, in bounded batches."""

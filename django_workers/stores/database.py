@@ -52,6 +52,13 @@ from django_workers.stores.base import (
     WorkerStore,
     grants_of,
 )
+from django_workers.stores.zombies import (
+    UNREACHABLE,
+    Refused,
+    end_each,
+    log_refused,
+    zombie_ends,
+)
 from django_workers.workflows import persistence
 from django_workers.workflows.machine import WORKFLOW_ENDS
 from django_workers.workflows.records import WorkflowInfo, info_of
@@ -866,32 +873,52 @@ class DatabaseWorkerStore(WorkerStore):
 
     @_one_writer
     def recover_zombies(
-        self, *, lease_timeout: float, now: datetime, dead: Iterable[str] = ()
+        self,
+        *,
+        lease_timeout: float,
+        now: datetime,
+        dead: Iterable[str] = (),
+        refused: Refused = log_refused,
     ) -> list[TaskEnd]:
         cutoff = now - timedelta(seconds=lease_timeout)
-        with self._atomic():
-            self._workers().filter(Q(heartbeat_at__lt=cutoff) | Q(pk__in=list(dead))).delete()
-            live = self._workers().values("id")
-            self._slots().exclude(worker_id__in=live).delete()
-            zombies = (
-                self._records()
-                .filter(status=TaskStatus.RUNNING)
-                .exclude(worker_id__in=live)
-                .values(
-                    "id",
-                    "run_id",
-                    "worker_id",
-                    "queue",
-                    "attempts",
-                    "options",
-                    "errors",
-                    "workflow",
-                    "node",
-                )
-            )
-            ends = [lifecycle.zombie_end(row, now) for row in zombies]
-            won = self.end_tasks(ends)
+        try:
+            with self._atomic():
+                ends = self._zombie_ends(cutoff, dead, now, refused)
+                won = self.end_tasks(ends)
+        except UNREACHABLE:
+            raise
+        except Exception:
+            # An end refused: all rolled back. Again, each end in its own transaction, so
+            # one record that cannot be ended stops the recovery of no other.
+            with self._atomic():
+                ends = self._zombie_ends(cutoff, dead, now, lambda _id, _error: None)
+            won = end_each(self.end_tasks, ends, refused)
         return [end for end, ok in zip(ends, won, strict=True) if ok]
+
+    def _zombie_ends(
+        self, cutoff: datetime, dead: Iterable[str], now: datetime, refused: Refused
+    ) -> list[TaskEnd]:
+        """Forget dead workers and their slots; the ends of the runs they left RUNNING."""
+        self._workers().filter(Q(heartbeat_at__lt=cutoff) | Q(pk__in=list(dead))).delete()
+        live = self._workers().values("id")
+        self._slots().exclude(worker_id__in=live).delete()
+        zombies = (
+            self._records()
+            .filter(status=TaskStatus.RUNNING)
+            .exclude(worker_id__in=live)
+            .values(
+                "id",
+                "run_id",
+                "worker_id",
+                "queue",
+                "attempts",
+                "options",
+                "errors",
+                "workflow",
+                "node",
+            )
+        )
+        return zombie_ends(zombies, now, refused)
 
     def database_now(self) -> datetime | None:
         connection = connections[self.using]

@@ -145,3 +145,18 @@ def test_a_worker_whose_end_is_refused_keeps_serving(
     assert wait_for_status(tx_store, later, COMPLETED).result == 5
     assert _status(tx_store, "bad").status == RUNNING
     assert served[0].alive
+
+
+def test_a_worker_starts_and_serves_when_its_zombie_sweep_fails(
+    tx_store: WorkerStore, served: list[RuntimeThread], caplog: pytest.LogCaptureFixture
+) -> None:
+    def failing(**kwargs: Any) -> list[TaskEnd]:
+        raise DataError("a record no end fits (a test's)")
+
+    tx_store.recover_zombies = failing  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="django_workers.runtime.runtime"):
+        served.append(start_runtime(tx_store))
+        task_id = submit_task("t", tasks.add, System(), args=[1, 2], scope="global", store=tx_store)
+        assert wait_for_status(tx_store, task_id, COMPLETED).result == 3
+        wait_until(lambda: "The zombie sweep failed" in caplog.text)
+    assert served[0].alive
