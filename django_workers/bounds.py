@@ -20,6 +20,8 @@ RUN_AFTER_MAX: Final = SECONDS_MAX
 CONCURRENCY_MAX: Final = 10_000
 #: The largest count a setting may give (rows, bytes): what a database integer holds.
 COUNT_MAX: Final = 2**31 - 1
+#: The most run threads per process, and processes, one ``runworkers`` starts.
+RUNWORKERS_MAX: Final = 1000
 
 #: Column widths, in characters (PostgreSQL varchar and MySQL utf8mb4 count characters).
 TASK_PATH_MAX_LENGTH: Final = 300
@@ -29,6 +31,9 @@ NODE_NAME_MAX_LENGTH: Final = 64
 NODE_LABEL_MAX_LENGTH: Final = 80
 WORKER_ID_MAX_LENGTH: Final = 64
 HOST_MAX_LENGTH: Final = 255
+#: A periodic schedule's cron expression and time zone name, as declared.
+CRON_MAX_LENGTH: Final = 200
+TIME_ZONE_MAX_LENGTH: Final = 64
 
 #: The most of a failure's message and traceback a record keeps (JSON, but bounded).
 ERROR_MESSAGE_MAX_LENGTH: Final = 4000
@@ -48,13 +53,16 @@ def storable(text: str) -> str:
     return text
 
 
-def fit(text: str, width: int, *, keep_end: bool = False) -> str:
+def fit(text: str, width: int, *, keep_ends: bool = False) -> str:
     """``storable(text)`` cut to ``width`` characters, marked where it was cut.
 
-    ``keep_end`` keeps the end instead of the start (a traceback's last lines say most).
+    ``keep_ends`` cuts out the middle instead of the end: a traceback's first lines
+    say where it started, its last ones what was raised.
     """
     text = storable(text)
     if len(text) <= width:
         return text
     kept = width - len(CUT_MARK)
-    return CUT_MARK + text[-kept:] if keep_end else text[:kept] + CUT_MARK
+    if not keep_ends:
+        return text[:kept] + CUT_MARK
+    return text[: kept // 2] + CUT_MARK + text[len(text) - (kept - kept // 2) :]
