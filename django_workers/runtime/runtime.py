@@ -37,7 +37,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.utils import timezone
 
 from django_workers import clock, lifecycle
-from django_workers.bounds import ERROR_MESSAGE_MAX_LENGTH, fit
+from django_workers.bounds import ERROR_MESSAGE_MAX_LENGTH, fit, storable
 from django_workers.cancellation import CancelReason
 from django_workers.conf import queue_limits, served_limits, workers_settings
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
@@ -112,7 +112,7 @@ class WorkerRuntime:
                 f"lease_timeout ({self.lease_timeout:g} s); lower "
                 "DJANGO_WORKERS['HEARTBEAT_INTERVAL'] or raise 'LEASE_TIMEOUT'."
             )
-        self.host = socket.gethostname()[:200]
+        self.host = storable(socket.gethostname())[:200]
         self.pid = os.getpid()
         self.worker_id = f"{self.host[:40]}:{self.pid}:{uuid.uuid4().hex[:8]}"
         self._active: dict[str, RunHandle] = {}

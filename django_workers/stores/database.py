@@ -24,6 +24,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from django_workers import clock, lifecycle, local_wake
+from django_workers.bounds import HOST_MAX_LENGTH, fit
 from django_workers.cancellation import CancelReason
 from django_workers.conf import served_limits, workers_settings
 from django_workers.exceptions import InvalidWorkflow, RuntimeInTransaction
@@ -833,7 +834,7 @@ class DatabaseWorkerStore(WorkerStore):
         self._workers().update_or_create(
             id=worker.id,
             defaults={
-                "host": worker.host,
+                "host": fit(worker.host, HOST_MAX_LENGTH),
                 "pid": worker.pid,
                 "queues": list(worker.queues),
                 "concurrency": worker.concurrency,
