@@ -21,6 +21,7 @@ from django_workers.stores import WorkerStore
 from django_workers.workflows import Workflow
 from django_workers.workflows.builder import ID_PATTERN
 from django_workers.workflows.records import UNDO_SUFFIX, node_key
+from tests import tasks
 from tests.tasks import noop
 
 WORKER = "w-widths"
@@ -60,13 +61,22 @@ def test_the_undo_of_a_node_with_the_longest_name_runs(
     assert handle.status().state == "compensated"
 
 
-def test_the_longest_key_owner_queue_and_path_are_stored(store: WorkerStore) -> None:
+def test_the_longest_key_owner_queue_and_path_are_stored(
+    store: WorkerStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     owner = Owner("o" * OWNER_MAX_LENGTH)
+    name = "f" * (TASK_PATH_MAX_LENGTH - len("tests.tasks."))
+    monkeypatch.setattr(tasks, name, tasks.noop, raising=False)
     task_id = submit_task(
-        "k" * KEY_MAX_LENGTH, noop, owner, queue="q" * QUEUE_MAX_LENGTH, store=store
+        "k" * KEY_MAX_LENGTH,
+        f"tests.tasks.{name}",
+        owner,
+        queue="q" * QUEUE_MAX_LENGTH,
+        store=store,
     )
     info = get_task_status(task_id, owner, store=store)
     assert len(info.id) == TASK_ID_MAX_LENGTH
     assert len(info.queue) == QUEUE_MAX_LENGTH
+    assert len(info.task_path) == TASK_PATH_MAX_LENGTH
     assert TaskRecord._meta.get_field("task_path").max_length == TASK_PATH_MAX_LENGTH
     assert TaskRecord._meta.get_field("queue").max_length == QUEUE_MAX_LENGTH
