@@ -11,6 +11,7 @@ import functools
 import inspect
 import json
 import reprlib
+import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
 from json.encoder import encode_basestring_ascii as _json_string
@@ -102,17 +103,21 @@ _SHORT = reprlib.Repr(maxstring=80, maxother=80)
 
 
 def _check_path(path: object) -> None:
-    if (
-        not isinstance(path, str)
-        or not 3 <= len(path) <= TASK_PATH_MAX_LENGTH
-        or not all(part.isidentifier() for part in path.split("."))
-        or "." not in path
-    ):
+    if not isinstance(path, str) or not _is_task_path(path):
         raise TaskNotImportable(
             f"A task path is Python names joined by dots (module, then function), at most "
             f"{TASK_PATH_MAX_LENGTH} characters, e.g. 'myapp.tasks.send_report'; got "
             f"{_SHORT.repr(path)}."
         )
+
+
+@functools.lru_cache(maxsize=1024)  # every run resolves its task's path: once a path
+def _is_task_path(path: str) -> bool:
+    return (
+        3 <= len(path) <= TASK_PATH_MAX_LENGTH
+        and "." in path
+        and all(part.isidentifier() for part in path.split("."))
+    )
 
 
 def _import(path: str) -> Any:
@@ -122,9 +127,11 @@ def _import(path: str) -> Any:
     many parts, none yet imported, would recurse once a part. Parents first,
     every import finds its parent done.
     """
-    parts = path.split(".")[:-1]
-    for end in range(1, len(parts)):
-        import_module(".".join(parts[:end]))
+    module = path.rpartition(".")[0]
+    if module not in sys.modules:
+        parts = module.split(".")
+        for end in range(1, len(parts)):
+            import_module(".".join(parts[:end]))
     return import_string(path)
 
 

@@ -726,7 +726,12 @@ class WorkerRuntime:
                 refused=self._zombie_refused,
             )
         except Exception as e:  # never a reason to stop serving, nor not to start
-            self._report(logger.error, "The zombie sweep failed (%r); the next one tries again", e)
+            unreachable = isinstance(e, OperationalError | InterfaceError)
+            self._report(
+                logger.warning if unreachable else logger.error,
+                "The zombie sweep failed (%r); the next one tries again",
+                e,
+            )
             if isinstance(e, DatabaseError):
                 self.store.reset_connection()
             return
