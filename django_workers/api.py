@@ -134,6 +134,9 @@ def get_all_tasks(
         raise InvalidTaskOptions(f"offset must be an int >= 0, got {offset!r}.")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidTaskOptions(f"limit must be an int from 1 to {MAX_LIMIT}, got {limit!r}.")
+    if queue is not None and (not isinstance(queue, str) or not queue.isprintable()):
+        # A queue no task can have; a NUL would reach PostgreSQL as an error.
+        raise InvalidTaskOptions(f"queue must be a printable queue name or None, got {queue!r}.")
     return (store or default_store()).list_tasks(
         user_id=user_id_of(authority), status=status, queue=queue, offset=offset, limit=limit
     )

@@ -17,6 +17,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections
 from django.utils.module_loading import import_string
 
+from django_workers.bounds import CONCURRENCY_MAX, COUNT_MAX, SECONDS_MAX
 from django_workers.conf import DEFAULTS, workers_settings
 from django_workers.exceptions import TaskNotImportable
 from django_workers.references import resolve
@@ -27,7 +28,7 @@ QUEUE_KEYS = frozenset({"concurrency"})
 #: What RETENTION may name: the finished statuses, and ended workflows.
 RETENTION_STATUSES = ("COMPLETED", "FAILED", "CANCELLED", "WORKFLOWS")
 
-#: Number settings, each with its test and how the test reads.
+#: Number settings, each with its test and how the test reads; none is above SECONDS_MAX.
 NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
     "HEARTBEAT_INTERVAL": (lambda n: n > 0, "a number of seconds > 0"),
     "LEASE_TIMEOUT": (lambda n: n > 0, "a number of seconds > 0"),
@@ -38,7 +39,7 @@ NUMBERS: dict[str, tuple[Callable[[float], bool], str]] = {
     "CLEANUP_INTERVAL": (lambda n: n > 0, "a number of seconds > 0"),
 }
 
-#: Settings that are a count of bytes or rows.
+#: Settings that are a count of bytes or rows, from 1 to COUNT_MAX.
 POSITIVE_INTS = ("RESULT_MAX_BYTES", "ARGS_MAX_BYTES", "CLEANUP_BATCH")
 
 DOTTED_PATHS = ("STORE", "QUEUE_AUTHORIZER", "WATCH_AUTHORIZER")
@@ -162,18 +163,22 @@ def _database_alias() -> list[CheckMessage]:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    # An int is finite, and math.isfinite() cannot take one too large for a float.
+    return isinstance(value, int) or math.isfinite(value)
 
 
 def _numbers() -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for name, (ok, wanted) in NUMBERS.items():
         value = getattr(workers_settings, name)
-        if _is_number(value) and ok(value):
+        if _is_number(value) and ok(value) and value <= SECONDS_MAX:
             continue
         errors.append(
             Error(
-                f"DJANGO_WORKERS[{name!r}] must be {wanted}, got {value!r}.",
+                f"DJANGO_WORKERS[{name!r}] must be {wanted} and at most {SECONDS_MAX} (ten "
+                f"years), got {value!r}.",
                 hint=f"Write a number such as {DEFAULTS[name]!r} (the default), not a string.",
                 id="django_workers.E006",
             )
@@ -198,11 +203,11 @@ def _positive_ints() -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for name in POSITIVE_INTS:
         value = getattr(workers_settings, name)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= COUNT_MAX:
             continue
         errors.append(
             Error(
-                f"DJANGO_WORKERS[{name!r}] must be an int >= 1, got {value!r}.",
+                f"DJANGO_WORKERS[{name!r}] must be an int from 1 to {COUNT_MAX}, got {value!r}.",
                 hint=f"Write a whole number such as {DEFAULTS[name]!r} (the default).",
                 id="django_workers.E007",
             )
@@ -234,10 +239,15 @@ def _queues() -> list[CheckMessage]:
                     )
                 )
         limit = conf.get("concurrency")
-        if limit is not None and (
-            not isinstance(limit, int) or isinstance(limit, bool) or limit < 1
+        if limit is not None and not (
+            isinstance(limit, int) and not isinstance(limit, bool) and 1 <= limit <= CONCURRENCY_MAX
         ):
-            errors.append(_queue_error(f"{where}['concurrency'] must be an int >= 1."))
+            errors.append(
+                _queue_error(
+                    f"{where}['concurrency'] must be an int from 1 to {CONCURRENCY_MAX}, got "
+                    f"{limit!r}."
+                )
+            )
     return errors
 
 
@@ -276,9 +286,12 @@ def _retention() -> list[CheckMessage]:
                     _did_you_mean(status, RETENTION_STATUSES),
                 )
             )
-        elif seconds is not None and not (_is_number(seconds) and seconds >= 0):
+        elif seconds is not None and not (_is_number(seconds) and 0 <= seconds <= SECONDS_MAX):
             errors.append(
-                _retention_error(f"[{status!r}] must be seconds >= 0 or None, got {seconds!r}.")
+                _retention_error(
+                    f"[{status!r}] must be seconds from 0 to {SECONDS_MAX} (ten years) or None, "
+                    f"got {seconds!r}."
+                )
             )
     return errors
 

@@ -15,6 +15,15 @@ from django.db.models import Count, Min, Q
 from django.utils import timezone
 
 from django_workers.authority import KEY_MAX_LENGTH, OWNER_MAX_LENGTH, TASK_ID_MAX_LENGTH
+from django_workers.bounds import (
+    CRON_MAX_LENGTH,
+    HOST_MAX_LENGTH,
+    NODE_LABEL_MAX_LENGTH,
+    QUEUE_MAX_LENGTH,
+    TASK_PATH_MAX_LENGTH,
+    TIME_ZONE_MAX_LENGTH,
+    WORKER_ID_MAX_LENGTH,
+)
 from django_workers.cancellation import CancelReason
 from django_workers.info import TaskStatus
 
@@ -69,10 +78,10 @@ class TaskRecord(models.Model):
     # The owner half of a user-scoped id (derived, never edited); null for global ids.
     owner = models.CharField(max_length=OWNER_MAX_LENGTH, null=True, blank=True)
     scope = models.CharField(max_length=8, default="user")
-    task_path = models.CharField(max_length=300)
+    task_path = models.CharField(max_length=TASK_PATH_MAX_LENGTH)
     args = models.JSONField(default=list, blank=True)
     kwargs = models.JSONField(default=dict, blank=True)
-    queue = models.CharField(max_length=100, default="default")
+    queue = models.CharField(max_length=QUEUE_MAX_LENGTH, default="default")
     priority = models.SmallIntegerField(default=0)
     run_after = models.DateTimeField(null=True, blank=True)
     options = models.JSONField(default=dict, blank=True)
@@ -90,9 +99,10 @@ class TaskRecord(models.Model):
     )
     # Identity of the current run: terminal writes are fenced on it.
     run_id = models.CharField(max_length=32)
-    worker_id = models.CharField(max_length=64, null=True, blank=True)
+    worker_id = models.CharField(max_length=WORKER_ID_MAX_LENGTH, null=True, blank=True)
     workflow = models.CharField(max_length=200, null=True, blank=True)
-    node = models.CharField(max_length=64, null=True, blank=True)
+    # A node's name, or its undo's label (the name and ":undo").
+    node = models.CharField(max_length=NODE_LABEL_MAX_LENGTH, null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -230,8 +240,8 @@ class TaskWatcher(models.Model):
 class WorkerProcess(models.Model):
     """A running runtime's lease: it is alive while its heartbeat is fresh."""
 
-    id = models.CharField(primary_key=True, max_length=64)
-    host = models.CharField(max_length=255)
+    id = models.CharField(primary_key=True, max_length=WORKER_ID_MAX_LENGTH)
+    host = models.CharField(max_length=HOST_MAX_LENGTH)
     pid = models.PositiveIntegerField()
     queues = models.JSONField(default=list, blank=True)
     concurrency = models.PositiveIntegerField(default=1)
@@ -257,8 +267,8 @@ class HeldSlot(models.Model):
 
     run_id = models.CharField(primary_key=True, max_length=32)
     task_id = models.CharField(max_length=TASK_ID_MAX_LENGTH)
-    queue = models.CharField(max_length=100)
-    worker_id = models.CharField(max_length=64)
+    queue = models.CharField(max_length=QUEUE_MAX_LENGTH)
+    worker_id = models.CharField(max_length=WORKER_ID_MAX_LENGTH)
     held_since = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -274,7 +284,7 @@ class HeldSlot(models.Model):
 class QueueLock(models.Model):
     """One row per concurrency-limited queue, locked while claiming from it."""
 
-    name = models.CharField(primary_key=True, max_length=100)
+    name = models.CharField(primary_key=True, max_length=QUEUE_MAX_LENGTH)
 
     def __str__(self) -> str:
         return self.name
@@ -319,13 +329,13 @@ class ScheduleRecord(models.Model):
     """
 
     key = models.CharField(primary_key=True, max_length=100)
-    task_path = models.CharField(max_length=300)
-    cron = models.CharField(max_length=200, blank=True, default="")
+    task_path = models.CharField(max_length=TASK_PATH_MAX_LENGTH)
+    cron = models.CharField(max_length=CRON_MAX_LENGTH, blank=True, default="")
     every = models.PositiveIntegerField(null=True, blank=True)
-    time_zone = models.CharField(max_length=64, default="UTC")
+    time_zone = models.CharField(max_length=TIME_ZONE_MAX_LENGTH, default="UTC")
     catch_up = models.CharField(max_length=8, default="latest")
     owner = models.CharField(max_length=OWNER_MAX_LENGTH, null=True, blank=True)
-    queue = models.CharField(max_length=100, null=True, blank=True)
+    queue = models.CharField(max_length=QUEUE_MAX_LENGTH, null=True, blank=True)
     # As declared in code; a schedule fires when enabled and not paused.
     enabled = models.BooleanField(default=True)
     # The operators' switch (admin): a paused schedule fires nothing.

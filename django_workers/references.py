@@ -10,7 +10,10 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import reprlib
+import sys
 from collections.abc import Callable, Sequence
+from importlib import import_module
 from json.encoder import encode_basestring_ascii as _json_string
 from typing import Any
 
@@ -18,6 +21,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.tasks import Task
 from django.utils.module_loading import import_string
 
+from django_workers.bounds import TASK_PATH_MAX_LENGTH
 from django_workers.exceptions import ArgumentsNotSerializable, TaskNotImportable
 
 TaskRef = str | Callable[..., Any] | Task
@@ -81,8 +85,9 @@ def _refuse_unimportable(func: Callable[..., Any], path: str) -> None:
 
 def resolve(path: str) -> Callable[..., Any] | Task:
     """Import a task by dotted path: a function or a Django Task, else TaskNotImportable."""
+    _check_path(path)
     try:
-        target = import_string(path)
+        target = _import(path)
     except ImportError as e:
         raise TaskNotImportable(
             f"Cannot import task {path!r}: {e}. Give the full dotted path of a module-level "
@@ -91,6 +96,43 @@ def resolve(path: str) -> Callable[..., Any] | Task:
     if not callable(target) and not isinstance(target, Task):
         raise TaskNotImportable(f"{path!r} imports a {type(target).__name__}, not a function.")
     return target
+
+
+#: Shows a refused value in a message without repeating all of a long one.
+_SHORT = reprlib.Repr(maxstring=80, maxother=80)
+
+
+def _check_path(path: object) -> None:
+    if not isinstance(path, str) or not _is_task_path(path):
+        raise TaskNotImportable(
+            f"A task path is Python names joined by dots (module, then function), at most "
+            f"{TASK_PATH_MAX_LENGTH} characters, e.g. 'myapp.tasks.send_report'; got "
+            f"{_SHORT.repr(path)}."
+        )
+
+
+@functools.lru_cache(maxsize=1024)  # every run resolves its task's path: once a path
+def _is_task_path(path: str) -> bool:
+    return (
+        3 <= len(path) <= TASK_PATH_MAX_LENGTH
+        and "." in path
+        and all(part.isidentifier() for part in path.split("."))
+    )
+
+
+def _import(path: str) -> Any:
+    """``import_string(path)``, its modules imported parent first.
+
+    Importing ``a.b.c`` imports ``a.b`` from within, and that ``a``: a path of
+    many parts, none yet imported, would recurse once a part. Parents first,
+    every import finds its parent done.
+    """
+    module = path.rpartition(".")[0]
+    if module not in sys.modules:
+        parts = module.split(".")
+        for end in range(1, len(parts)):
+            import_module(".".join(parts[:end]))
+    return import_string(path)
 
 
 def to_json(value: Any, what: str) -> Any:
@@ -113,6 +155,15 @@ def to_json_text(value: Any, what: str) -> tuple[Any, str]:
     if value is None:  # what most tasks return
         return None, "null"
     try:
+        return _checked_json(value, what)
+    except RecursionError:
+        raise ArgumentsNotSerializable(
+            f"{what} is nested too deeply to store as JSON; pass flatter data."
+        ) from None
+
+
+def _checked_json(value: Any, what: str) -> tuple[Any, str]:
+    try:
         text = _ENCODER.encode(value)
     except (TypeError, ValueError) as e:
         raise ArgumentsNotSerializable(
@@ -123,11 +174,17 @@ def to_json_text(value: Any, what: str) -> tuple[Any, str]:
     loaded = _flat_copy(value)
     if loaded is None:
         loaded = json.loads(text)
-    # The substring test is cheap; the walk rules out an escaped backslash before "u0000".
+    # The substring tests are cheap; the walks rule out an escaped backslash before "u".
     if "\\u0000" in text and _has_nul(loaded):
         raise ArgumentsNotSerializable(
             f"{what} contains a NUL character (\\u0000), which PostgreSQL cannot store in "
             "JSON; remove it or encode the data (e.g. base64) first."
+        )
+    if "\\ud" in text and _has_lone_surrogate(loaded):
+        raise ArgumentsNotSerializable(
+            f"{what} contains a lone surrogate (a character from \\ud800 to \\udfff, not "
+            "part of a pair), which is no Unicode text and which PostgreSQL and MySQL cannot "
+            "store; decode bytes with errors='replace', or encode the data (e.g. base64) first."
         )
     return loaded, text
 
@@ -151,7 +208,7 @@ def ids_and_names_json(values: Sequence[Any]) -> str | None:
         text = f"[{', '.join([_json_string(v) if type(v) is str else str(v) for v in values])}]"
     except ValueError:
         return None
-    return None if "\\u0000" in text else text
+    return None if "\\u0000" in text or "\\ud" in text else text
 
 
 #: The types JSON gives back as they went in (exactly these: a subclass may encode otherwise).
@@ -179,6 +236,20 @@ def _has_nul(value: Any) -> bool:
         return any(_has_nul(v) for v in value)
     if isinstance(value, dict):
         return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    return False
+
+
+def _has_lone_surrogate(value: Any) -> bool:
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
     return False
 
 

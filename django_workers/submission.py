@@ -14,7 +14,7 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
@@ -32,6 +32,7 @@ from django_workers.authority import (
     scoped_task_key,
     user_id_of,
 )
+from django_workers.bounds import QUEUE_MAX_LENGTH, RUN_AFTER_MAX
 from django_workers.conf import listed_queues, workers_settings
 from django_workers.exceptions import (
     ArgumentsTooLarge,
@@ -46,7 +47,6 @@ from django_workers.stores import NewTask, Submitted, WorkerStore
 from django_workers.stores.base import AllCreated, RecordStream, grants_of
 
 DEFAULT_QUEUE = "default"
-QUEUE_MAX_LENGTH = 100
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 DEFAULT_OPTIONS = TaskOptions()
 
@@ -368,8 +368,11 @@ def _check_priority(priority: object) -> int:
 def _check_run_after(run_after: object) -> datetime | None:
     if run_after is None:
         return None
+    now = timezone.now()
     if isinstance(run_after, timedelta):
-        return timezone.now() + run_after
+        if abs(run_after) > _RUN_AFTER_MAX:
+            raise _run_after_out_of_range(run_after)
+        return now + run_after
     if not isinstance(run_after, datetime):
         raise InvalidTaskOptions(
             f"run_after must be a datetime or a timedelta, got {type(run_after).__name__}."
@@ -379,7 +382,25 @@ def _check_run_after(run_after: object) -> datetime | None:
             "run_after must be timezone-aware when USE_TZ is on; use django.utils.timezone.now() "
             "+ timedelta(...)."
         )
+    if timezone.is_aware(run_after) and timezone.is_naive(now):
+        now = datetime.now(UTC)
+    try:
+        far = abs(run_after - now) > _RUN_AFTER_MAX
+    except OverflowError:  # at the very ends of datetime's range, in another time zone
+        far = True
+    if far:
+        raise _run_after_out_of_range(run_after)
     return run_after
+
+
+_RUN_AFTER_MAX = timedelta(seconds=RUN_AFTER_MAX)
+
+
+def _run_after_out_of_range(run_after: datetime | timedelta) -> InvalidTaskOptions:
+    return InvalidTaskOptions(
+        f"run_after must be within {RUN_AFTER_MAX} seconds (ten years) of now, either way; got "
+        f"{run_after!r}."
+    )
 
 
 def _check_args(args: object) -> tuple[list[Any], str]:

@@ -123,6 +123,48 @@ def returns_unserializable() -> object:
     return object()
 
 
+# -- hostile tasks: each must end its record FAILED and leave its worker serving --
+
+
+def os_exits() -> None:
+    """End the worker process at once, as a crash would: no exception, no cleanup."""
+    import os
+
+    os._exit(7)
+
+
+def recurses(depth: int = 0) -> int:
+    """Recurse without end, until RecursionError."""
+    return recurses(depth + 1) + 1
+
+
+def returns_lone_surrogate() -> str:
+    return "half of a pair: \ud800"
+
+
+def returns_too_deep() -> list[Any]:
+    """A value nested more deeply than a JSON encoder goes."""
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    return deep
+
+
+class Unprintable(Exception):
+    """An exception whose text cannot be made."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no text")
+
+
+def raises_unprintable() -> None:
+    raise Unprintable()
+
+
+def raises_huge_message() -> None:
+    raise ValueError("m" * 10_000_000 + " \ud800 \x00 end")
+
+
 def big_result(size: int) -> str:
     return "x" * size
 

@@ -10,21 +10,24 @@ import argparse
 
 from django_workers.api import MAX_LIMIT
 from django_workers.authority import Owner
+from django_workers.bounds import RUNWORKERS_MAX, SECONDS_MAX
 from django_workers.exceptions import InvalidTaskKey
 from django_workers.info import TaskStatus
 
 
 def positive_int(value: str) -> int:
     number = int(value)
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {number}")
+    if not 1 <= number <= RUNWORKERS_MAX:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {RUNWORKERS_MAX}, got {number}")
     return number
 
 
 def seconds(value: str) -> float:
     number = float(value)
-    if number < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 seconds, got {value}")
+    if not 0 <= number <= SECONDS_MAX:  # NaN too
+        raise argparse.ArgumentTypeError(
+            f"must be from 0 to {SECONDS_MAX} seconds (ten years), got {value}"
+        )
     return number
 
 

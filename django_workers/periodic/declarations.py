@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar
 from django.tasks import Task
 
 from django_workers.authority import KEY_MAX_LENGTH, SEPARATOR, Owner
+from django_workers.bounds import SECONDS_MAX
 from django_workers.conf import workers_settings
 from django_workers.exceptions import InvalidSchedule, WorkersError
 from django_workers.options import TaskOptions
@@ -90,9 +91,10 @@ class Schedule:
         window = self.catch_up_window
         if isinstance(window, bool) or not isinstance(window, int | float):
             raise InvalidSchedule(f'"catch_up_window" must be seconds, got {window!r}.')
-        if not window >= MIN_CATCH_UP_WINDOW:
+        if not MIN_CATCH_UP_WINDOW <= window <= SECONDS_MAX:
             raise InvalidSchedule(
-                f'"catch_up_window" must be at least {MIN_CATCH_UP_WINDOW} seconds, got {window!r}.'
+                f'"catch_up_window" must be from {MIN_CATCH_UP_WINDOW} to {SECONDS_MAX} seconds '
+                f"(ten years), got {window!r}."
             )
         if not isinstance(self.enabled, bool):
             raise InvalidSchedule(f'"enabled" must be True or False, got {self.enabled!r}.')

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from django_workers.bounds import CRON_MAX_LENGTH, SECONDS_MAX, TIME_ZONE_MAX_LENGTH
 from django_workers.exceptions import InvalidSchedule
 
 #: The ``@name`` shorthands of cron and the five fields each stands for.
@@ -97,17 +98,23 @@ def timing_of(cron: str | None, every: int | None, timezone: str) -> Timing:
             'A schedule needs exactly one of "cron" (e.g. "*/5 * * * *") and "every" (seconds).'
         )
     if every is not None:
-        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-            raise InvalidSchedule(f'"every" must be a whole number of seconds >= 1, got {every!r}.')
+        if isinstance(every, bool) or not isinstance(every, int) or not 1 <= every <= SECONDS_MAX:
+            raise InvalidSchedule(
+                f'"every" must be a whole number of seconds from 1 to {SECONDS_MAX} (ten years), '
+                f"got {every!r}."
+            )
         if timezone != "UTC":
             raise InvalidSchedule(
                 f'"timezone" ({timezone!r}) applies to cron schedules only: "every" counts '
                 "seconds from the Unix epoch. Use a cron expression to tick at wall-clock times."
             )
         return Timing(None, every, UTC)
-    if not isinstance(cron, str):
-        raise InvalidSchedule(f'"cron" must be a string such as "*/5 * * * *", got {cron!r}.')
-    if not isinstance(timezone, str):
+    if not isinstance(cron, str) or len(cron) > CRON_MAX_LENGTH:
+        raise InvalidSchedule(
+            f'"cron" must be a string of at most {CRON_MAX_LENGTH} characters such as '
+            f'"*/5 * * * *", got {cron!r}.'
+        )
+    if not isinstance(timezone, str) or len(timezone) > TIME_ZONE_MAX_LENGTH:
         raise InvalidSchedule(
             f'"timezone" must be an IANA name such as "Europe/Paris", got {timezone!r}.'
         )

@@ -15,18 +15,26 @@ import random
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from django.db import DatabaseError, connections
 
 from django_workers import clock, lifecycle
+from django_workers.bounds import (
+    ERROR_MESSAGE_MAX_LENGTH,
+    SECONDS_MAX,
+    TRACEBACK_MAX_LENGTH,
+    fit,
+)
 from django_workers.cancellation import CancelReason, CancelToken
 from django_workers.conf import workers_settings
 from django_workers.exceptions import ArgumentsNotSerializable, ResultTooLarge, TaskCancelled
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.lifecycle import TaskEnd
 from django_workers.live import bind_current, unbind_current
+from django_workers.options import MAX_RETRIES
 from django_workers.references import to_sized_json
 from django_workers.runtime import invoke as invoking
 from django_workers.stores.base import WorkerStore
@@ -268,21 +276,32 @@ def backoff(options: Any, attempt: int) -> float:
     """Seconds before attempt ``attempt + 1``: exponential, capped, with jitter."""
     base = workers_settings.seconds("RETRY_BACKOFF", options.retry_backoff)
     cap = workers_settings.seconds("RETRY_BACKOFF_MAX", options.retry_backoff_max)
-    delay = min(cap, base * 2 ** max(attempt - 1, 0))
+    # Never past SECONDS_MAX, whatever the settings say: a longer wait overflows.
+    delay = min(cap, base * 2.0 ** min(max(attempt - 1, 0), MAX_RETRIES), SECONDS_MAX)
     if options.retry_jitter:
         delay = delay / 2 + random.uniform(0, delay / 2)
     return delay
 
 
 def failure_of(error: BaseException) -> TaskFailure:
-    """Record an exception as its type's dotted name, its message and its traceback."""
+    """Record an exception as its type's dotted name, its message and its traceback.
+
+    Both are cut to fit (``bounds``) and made storable; an exception whose text
+    cannot even be made is recorded as such.
+    """
     return TaskFailure(
         class_path(type(error)),
-        _storable(str(error)),
-        _storable("".join(traceback.format_exception(error))),
+        fit(_text_of(lambda: str(error)), ERROR_MESSAGE_MAX_LENGTH),
+        fit(
+            _text_of(lambda: "".join(traceback.format_exception(error))),
+            TRACEBACK_MAX_LENGTH,
+            keep_ends=True,
+        ),
     )
 
 
-def _storable(text: str) -> str:
-    """Text every database can keep in JSON (PostgreSQL refuses NUL characters)."""
-    return text.replace("\x00", "\\x00")
+def _text_of(make: Callable[[], str]) -> str:
+    try:
+        return make()
+    except Exception as e:  # a task's exception whose __str__ raises, say
+        return f"(its text could not be made: {type(e).__name__})"

@@ -41,6 +41,7 @@ from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from django_workers import clock, lifecycle
+from django_workers.bounds import ERROR_MESSAGE_MAX_LENGTH, fit, storable
 from django_workers.cancellation import CancelReason
 from django_workers.conf import queue_limits, served_limits, workers_settings
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
@@ -126,7 +127,7 @@ class WorkerRuntime:
                 f"lease_timeout ({self.lease_timeout:g} s); lower "
                 "DJANGO_WORKERS['HEARTBEAT_INTERVAL'] or raise 'LEASE_TIMEOUT'."
             )
-        self.host = socket.gethostname()[:200]
+        self.host = storable(socket.gethostname())[:200]
         self.pid = os.getpid()
         self.worker_id = f"{self.host[:40]}:{self.pid}:{uuid.uuid4().hex[:8]}"
         self._active: dict[str, RunHandle] = {}
@@ -591,6 +592,16 @@ class WorkerRuntime:
         self, ends: list[TaskEnd], refill: int = 0
     ) -> tuple[list[bool], list[TaskInfo]]:
         """Store ``ends``; with ``refill``, also claim up to that many runs (first try only)."""
+        try:
+            return self._store_ends(ends, refill)
+        except DatabaseError as e:
+            # The database refuses the data itself: retrying would block every other end.
+            return self._end_one_by_one(ends, e), []
+
+    def _store_ends(
+        self, ends: list[TaskEnd], refill: int = 0
+    ) -> tuple[list[bool], list[TaskInfo]]:
+        """Store ``ends`` (and claim), retrying while the database cannot be reached."""
         errors = 0
         while True:
             try:
@@ -602,8 +613,7 @@ class WorkerRuntime:
                     written = self.store.end_tasks(ends), []
             except DatabaseError as e:
                 if not unreachable(e):
-                    # The database refuses the data itself: retrying would block every other end.
-                    return self._end_one_by_one(ends, e), []
+                    raise
                 # A terminal state is never dropped: keep trying until the database answers.
                 if refill:
                     self._claims_unsure = True  # the claim may have committed all the same
@@ -619,21 +629,51 @@ class WorkerRuntime:
             return written
 
     def _end_one_by_one(self, ends: list[TaskEnd], error: DatabaseError) -> list[bool]:
-        if len(ends) > 1:
-            return [self._end_with_retry([end])[0][0] for end in ends]
-        end = ends[0]
-        self._report(
-            logger.error, "The database refused the end of task %s: %s", end.task_id, error
-        )
+        """Store each end alone: one the database refuses ends its record FAILED, saying why."""
+        if len(ends) == 1:
+            return [self._end_refused(ends[0], error)]
+        won = []
+        for end in ends:
+            try:
+                won.append(self._store_ends([end])[0][0])
+            except DatabaseError as e:
+                won.append(self._end_refused(end, e))
+        return won
+
+    def _end_refused(self, end: TaskEnd, error: DatabaseError) -> bool:
+        """Store ``end`` as FAILED with the database's refusal, once; else leave it to the sweep."""
         failure = TaskFailure(
             class_path(type(error)),
-            f"The task ended {end.status} but the database refused to store its outcome: "
-            + str(error).replace("\x00", "\\x00")[:2000],
+            fit(
+                f"The task ended {end.status} but the database refused to store its outcome: "
+                f"{error}",
+                ERROR_MESSAGE_MAX_LENGTH,
+            ),
         )
         fallback = replace(
             end, status=TaskStatus.FAILED, result=None, error=failure.to_json(), errors=None
         )
-        return self._end_with_retry([fallback])[0]
+        try:
+            won = self._store_ends([fallback])[0][0]
+        except DatabaseError as again:
+            # Never a loop: the record stays as it is, for the zombie sweep once this
+            # worker is gone.
+            self._report(
+                logger.error,
+                "The database refused the end of task %s (%s), and its FAILED end too (%s); "
+                "it is left to the zombie sweep",
+                end.task_id,
+                error,
+                again,
+            )
+            return False
+        self._report(
+            logger.error,
+            "The database refused the end of task %s; it ended FAILED instead: %s",
+            end.task_id,
+            error,
+        )
+        return won
 
     def _release(self, *handles: RunHandle, kept: int = 0) -> None:
         """Forget runs whose function returned; ``kept`` of their slots stay taken (refilled)."""
@@ -842,18 +882,41 @@ class WorkerRuntime:
         self._wake.set()
 
     def _sweep_zombies(self) -> None:
-        dead = [
-            w.id
-            for w in self.store.list_workers()
-            if w.host == self.host and w.id != self.worker_id and not _pid_alive(w.pid)
-        ]
-        recovered = self.store.recover_zombies(
-            now=clock.now(), stale_before=self._witness.stale_before(), dead=dead
-        )
+        """Recover the runs of dead workers; whatever fails is logged, and the next sweep tries."""
+        try:
+            dead = [
+                w.id
+                for w in self.store.list_workers()
+                if w.host == self.host and w.id != self.worker_id and not _pid_alive(w.pid)
+            ]
+            recovered = self.store.recover_zombies(
+                now=clock.now(),
+                stale_before=self._witness.stale_before(),
+                dead=dead,
+                refused=self._zombie_refused,
+            )
+        except Exception as e:  # never a reason to stop serving, nor not to start
+            if isinstance(e, DatabaseError) and unreachable(e):
+                self.database.failed("zombie sweep", e)
+            else:
+                self._report(
+                    logger.error, "The zombie sweep failed (%r); the next one tries again", e
+                )
+            if isinstance(e, DatabaseError):
+                self.store.reset_connection()
+            return
         if recovered:
             self._report(report_recovered, self.store, recovered)
         if dead or recovered:
             self._wake.set()
+
+    def _zombie_refused(self, task_id: str, error: Exception) -> None:
+        self._report(
+            logger.error,
+            "The zombie sweep could not end task %s (%r); it goes on with the others",
+            task_id,
+            error,
+        )
 
     def cleanup(self) -> int:
         """Delete finished records older than their retention, in bounded batches."""

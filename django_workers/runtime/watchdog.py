@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 
 from django_workers.runtime.run import RunHandle
+
+logger = logging.getLogger(__name__)
+
+#: The longest single wait, in seconds: a longer one overflows the platform's timeout.
+WAIT_MAX = 3600.0
 
 
 class Watchdog:
@@ -51,7 +57,10 @@ class Watchdog:
 
     def _loop(self) -> None:
         while (handle := self._next_due()) is not None:
-            self._on_expire(handle)
+            try:
+                self._on_expire(handle)
+            except Exception:  # one run's expiry; the deadlines of the others still fire
+                logger.exception("Expiring the run of task %s failed; continuing", handle.task_id)
 
     def _next_due(self) -> RunHandle | None:
         """Wait for the next deadline to pass; its run (forgotten), or None once stopped."""
@@ -63,7 +72,7 @@ class Watchdog:
                     if left <= 0:
                         del self._deadlines[handle]
                         return handle
-                    self._cond.wait(left)
+                    self._cond.wait(min(left, WAIT_MAX))
                 else:
                     self._cond.wait()
             return None

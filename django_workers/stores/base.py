@@ -25,6 +25,7 @@ from django.db import DatabaseError
 from django_workers.cancellation import CancelReason
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
+from django_workers.stores.zombies import Refused, log_refused
 
 if TYPE_CHECKING:
     from django_workers.workflows.records import WorkflowInfo
@@ -489,7 +490,12 @@ class WorkerStore(abc.ABC):
 
     @abc.abstractmethod
     def recover_zombies(
-        self, *, now: datetime, stale_before: datetime | None, dead: Iterable[str] = ()
+        self,
+        *,
+        now: datetime,
+        stale_before: datetime | None,
+        dead: Iterable[str] = (),
+        refused: Refused = log_refused,
     ) -> list[TaskEnd]:
         """End or requeue the RUNNING runs of dead workers through ``end_tasks``; never a live one.
 
@@ -497,7 +503,9 @@ class WorkerStore(abc.ABC):
         database's clock; None: no lease counts as expired), an id in ``dead`` (a
         same-host pid that is gone), or no lease row at all. ``now`` stamps the
         ends. A run with retries left goes back to PENDING, others end FAILED
-        "Worker lost"; the slots dead workers held are freed. Returns the ends that won.
+        "Worker lost"; the slots dead workers held are freed. A record that cannot
+        be ended (its end is refused) is told to ``refused`` and left for the next
+        sweep; the others are still recovered. Returns the ends that won.
         """
 
     @abc.abstractmethod

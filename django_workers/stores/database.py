@@ -24,6 +24,7 @@ from django.db.models.functions import Greatest
 from django.utils import timezone
 
 from django_workers import clock, lifecycle, local_wake
+from django_workers.bounds import HOST_MAX_LENGTH, fit
 from django_workers.cancellation import CancelReason
 from django_workers.conf import served_limits, workers_settings
 from django_workers.exceptions import InvalidWorkflow, RuntimeInTransaction
@@ -51,6 +52,13 @@ from django_workers.stores.base import (
     WorkerRegistration,
     WorkerStore,
     grants_of,
+)
+from django_workers.stores.zombies import (
+    UNREACHABLE,
+    Refused,
+    end_each,
+    log_refused,
+    zombie_ends,
 )
 from django_workers.workflows import persistence
 from django_workers.workflows.machine import WORKFLOW_ENDS
@@ -701,10 +709,13 @@ class DatabaseWorkerStore(WorkerStore):
         if not (self._one_statement_of_runs(ends) and self._autocommit()):
             return None
         connection = connections[self.using]
-        found = sql.lock_and_finish_postgres(connection, flows, WORKFLOW_COLUMNS, ends, begin=True)
-        if found is None:
-            return None
         try:
+            # Its BEGIN stays open on the server if a statement after it is refused.
+            found = sql.lock_and_finish_postgres(
+                connection, flows, WORKFLOW_COLUMNS, ends, begin=True
+            )
+            if found is None:
+                return None
             saves = self._plain_reactions(ends, *found)
             if saves is None:
                 sql.rollback_postgres(connection)
@@ -827,7 +838,7 @@ class DatabaseWorkerStore(WorkerStore):
         self._workers().update_or_create(
             id=worker.id,
             defaults={
-                "host": worker.host,
+                "host": fit(worker.host, HOST_MAX_LENGTH),
                 "pid": worker.pid,
                 "queues": list(worker.queues),
                 "concurrency": worker.concurrency,
@@ -867,34 +878,58 @@ class DatabaseWorkerStore(WorkerStore):
 
     @_one_writer
     def recover_zombies(
-        self, *, now: datetime, stale_before: datetime | None, dead: Iterable[str] = ()
+        self,
+        *,
+        now: datetime,
+        stale_before: datetime | None,
+        dead: Iterable[str] = (),
+        refused: Refused = log_refused,
     ) -> list[TaskEnd]:
+        try:
+            with self._atomic():
+                ends = self._zombie_ends(stale_before, dead, now, refused)
+                won = self.end_tasks(ends)
+        except UNREACHABLE:
+            raise
+        except Exception:
+            # An end refused: all rolled back. Again, each end in its own transaction, so
+            # one record that cannot be ended stops the recovery of no other.
+            with self._atomic():
+                ends = self._zombie_ends(stale_before, dead, now, lambda _id, _error: None)
+            won = end_each(self.end_tasks, ends, refused)
+        return [end for end, ok in zip(ends, won, strict=True) if ok]
+
+    def _zombie_ends(
+        self,
+        stale_before: datetime | None,
+        dead: Iterable[str],
+        now: datetime,
+        refused: Refused,
+    ) -> list[TaskEnd]:
+        """Forget dead workers and their slots; the ends of the runs they left RUNNING."""
         expired = Q(pk__in=list(dead))
         if stale_before is not None:
             expired |= Q(heartbeat_at__lt=stale_before)
-        with self._atomic():
-            self._workers().filter(expired).delete()
-            live = self._workers().values("id")
-            self._slots().exclude(worker_id__in=live).delete()
-            zombies = (
-                self._records()
-                .filter(status=TaskStatus.RUNNING)
-                .exclude(worker_id__in=live)
-                .values(
-                    "id",
-                    "run_id",
-                    "worker_id",
-                    "queue",
-                    "attempts",
-                    "options",
-                    "errors",
-                    "workflow",
-                    "node",
-                )
+        self._workers().filter(expired).delete()
+        live = self._workers().values("id")
+        self._slots().exclude(worker_id__in=live).delete()
+        zombies = (
+            self._records()
+            .filter(status=TaskStatus.RUNNING)
+            .exclude(worker_id__in=live)
+            .values(
+                "id",
+                "run_id",
+                "worker_id",
+                "queue",
+                "attempts",
+                "options",
+                "errors",
+                "workflow",
+                "node",
             )
-            ends = [lifecycle.zombie_end(row, now) for row in zombies]
-            won = self.end_tasks(ends)
-        return [end for end, ok in zip(ends, won, strict=True) if ok]
+        )
+        return zombie_ends(zombies, now, refused)
 
     def database_now(self) -> datetime | None:
         connection = connections[self.using]

@@ -31,6 +31,7 @@ from django_workers.stores.base import (
     WorkerStore,
     grants_of,
 )
+from django_workers.stores.zombies import Refused, end_each, log_refused, zombie_ends
 from django_workers.workflows import persistence
 from django_workers.workflows.machine import WORKFLOW_ENDS
 from django_workers.workflows.records import WorkflowInfo, info_of
@@ -361,7 +362,12 @@ class InMemoryWorkerStore(WorkerStore):
             ]
 
     def recover_zombies(
-        self, *, now: datetime, stale_before: datetime | None, dead: Iterable[str] = ()
+        self,
+        *,
+        now: datetime,
+        stale_before: datetime | None,
+        dead: Iterable[str] = (),
+        refused: Refused = log_refused,
     ) -> list[TaskEnd]:
         with self._lock:
             for worker_id in set(dead):
@@ -372,12 +378,14 @@ class InMemoryWorkerStore(WorkerStore):
             for run_id, (_queue, worker_id) in list(self._held.items()):
                 if worker_id not in self._workers:
                     del self._held[run_id]
-            ends = [
-                lifecycle.zombie_end(row, now)
+            found = [
+                row
                 for row in self._rows.values()
                 if row["status"] == TaskStatus.RUNNING and row["worker_id"] not in self._workers
             ]
-            won = self.end_tasks(ends)
+            ends = zombie_ends(found, now, refused)
+            # One by one: nothing here rolls back, and one end that fails stops no other.
+            won = end_each(self.end_tasks, ends, refused)
             return [end for end, ok in zip(ends, won, strict=True) if ok]
 
     def _finished_before(self, status: TaskStatus, before: datetime) -> list[str]:

@@ -47,6 +47,7 @@ from django_workers.authority import (
     scoped_task_key,
     user_id_of,
 )
+from django_workers.bounds import NODE_NAME_MAX_LENGTH
 from django_workers.exceptions import (
     ArgumentsNotSerializable,
     ArgumentsTooLarge,
@@ -86,7 +87,7 @@ from django_workers.workflows.records import (
     row_fields,
 )
 
-NAME_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+NAME_PATTERN: Final = re.compile(rf"[A-Za-z0-9_.-]{{1,{NODE_NAME_MAX_LENGTH}}}")
 ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 #: Ids a workflow may not take (they name listings, not workflows).
 RESERVED_IDS: Final = frozenset({"index"})
@@ -336,7 +337,10 @@ class Workflow:
     ) -> WorkflowNode:
         """Add a node that runs ``task``; chain ``.after()`` to give it dependencies."""
         if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
-            self._record(f"Node name {name!r} must be 1 to 64 letters, digits, '_', '.' or '-'.")
+            self._record(
+                f"Node name {name!r} must be 1 to {NODE_NAME_MAX_LENGTH} letters, digits, '_', '.' "
+                "or '-'."
+            )
         elif any(node.name == name for node in self._nodes):
             self._record(f"Two nodes are named {name!r}; node names are unique in a workflow.")
         node = WorkflowNode(self, len(self._nodes), name, _Call(task, args, kwargs, queue), options)

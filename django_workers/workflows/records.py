@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
+from django_workers.bounds import NODE_LABEL_MAX_LENGTH, NODE_NAME_MAX_LENGTH
 from django_workers.workflows.machine import (
     WORKFLOW_ENDS,
     Node,
@@ -29,6 +30,8 @@ from django_workers.workflows.machine import (
 )
 
 UNDO_SUFFIX: Final = ":undo"
+# The ``node`` column holds the longest name with its undo's suffix.
+assert NODE_NAME_MAX_LENGTH + len(UNDO_SUFFIX) <= NODE_LABEL_MAX_LENGTH
 #: The workflow columns the machine's state is kept in (besides ``nodes``).
 STATE_COLUMNS: Final = ("state", "outcome", "unabsorbed_failure", "cancel_undo")
 

@@ -100,7 +100,10 @@ def test_runworkers_refuses_to_start_on_a_settings_error() -> None:
     done = run(command, env)
     assert done.returncode == 1
     assert "django_workers.E006" in done.stderr
-    assert "['LEASE_TIMEOUT'] must be a number of seconds > 0, got '30'" in done.stderr
+    assert (
+        "['LEASE_TIMEOUT'] must be a number of seconds > 0 and at most 315360000 (ten years), "
+        "got '30'"
+    ) in done.stderr
     assert "Traceback" not in done.stderr
 
 

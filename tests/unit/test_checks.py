@@ -63,6 +63,22 @@ def test_the_test_settings_pass() -> None:
         ({"RETENTION": {"FAILED": "forever"}}, "django_workers.E012"),
         ({"RETENTION": {"FAILED": -1}}, "django_workers.E012"),
         ({"RETENTION": 86400}, "django_workers.E012"),
+        # Past what the machinery carries: a wait, a date, a database integer.
+        ({"QUEUES": {"reports": {"concurrency": 10_001}}}, "django_workers.E002"),
+        ({"QUEUES": {"reports": {"concurrency": 2**40}}}, "django_workers.E002"),
+        ({"LEASE_TIMEOUT": 1e10, "HEARTBEAT_INTERVAL": 5}, "django_workers.E006"),
+        ({"POLL_INTERVAL": 1e300}, "django_workers.E006"),
+        ({"RETRY_BACKOFF": 1e300}, "django_workers.E006"),
+        ({"RETRY_BACKOFF_MAX": 315_360_001}, "django_workers.E006"),
+        ({"CLEANUP_INTERVAL": float("inf")}, "django_workers.E006"),
+        ({"CLEANUP_BATCH": 2**31}, "django_workers.E007"),
+        ({"RESULT_MAX_BYTES": 10**20}, "django_workers.E007"),
+        ({"RETENTION": {"FAILED": 1e12}}, "django_workers.E012"),
+        (
+            {"SCHEDULES": {"a": {"task": "tests.tasks.noop", "every": 10**10}}},
+            "django_workers.E017",
+        ),
+        ({"SCHEDULES": {"a": {"task": "tests." + "t" * 300, "every": 5}}}, "django_workers.E018"),
     ],
 )
 def test_a_bad_setting_is_an_error(setting: dict, expected: str) -> None:

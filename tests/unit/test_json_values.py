@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.core.serializers.json import DjangoJSONEncoder
 
-from django_workers.exceptions import ArgumentsNotSerializable, InvalidTaskOptions
+from django_workers.exceptions import ArgumentsNotSerializable
 from django_workers.references import ids_and_names_json, to_json_text, to_sized_json
 from django_workers.stores import sql
 from django_workers.stores.rows import options_of
@@ -55,7 +55,7 @@ class Tag(str):
 @pytest.mark.parametrize(
     "value",
     [
-        [1, -0.0, 1e16, True, None, "naïve ☃", "\ud800"],
+        [1, -0.0, 1e16, True, None, "naïve ☃", "\U0001f600 a pair in JSON"],
         {"a": 1, "b": None, "c": False},
         {1: "an int key reads back as a string"},
         [Level.HIGH, Tag("x")],
@@ -83,10 +83,32 @@ def test_a_nul_is_refused_in_flat_values_too(value: Any) -> None:
 
 @pytest.mark.parametrize(
     "value",
+    [["\ud800"], {"k": "a\udfff"}, {"\udc80": 1}, [[{"deep": ["\ud83d"]}]], "\ud800"],
+)
+def test_a_lone_surrogate_is_refused_anywhere(value: Any) -> None:
+    with pytest.raises(ArgumentsNotSerializable, match="lone surrogate"):
+        to_json_text(value, "Task args")
+
+
+@pytest.mark.parametrize("value", [["\\ud800"], ["\U0001f600"], {"k": "\\udfff \u00e9"}])
+def test_what_only_looks_like_a_surrogate_in_json_is_kept(value: Any) -> None:
+    assert to_json_text(value, "Task args")[0] == value
+
+
+def test_data_nested_too_deeply_is_refused_as_not_serializable() -> None:
+    deep: list[Any] = []
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(ArgumentsNotSerializable, match="nested too deeply"):
+        to_json_text(deep, "Task args")
+
+
+@pytest.mark.parametrize(
+    "value",
     [
         ["a", 1],
         (7, "naïve ☃", -3),
-        ['quote " and back\\slash', "\n\t\u2028", "\ud800"],
+        ['quote " and back\\slash', "\n\t\u2028"],
         [0, 10**20, "日本"],
     ],
 )
@@ -105,6 +127,8 @@ def test_ids_and_names_are_written_as_the_encoder_writes_them(value: Any) -> Non
         ["a\x00b"],  # the encoder's check says what is wrong
         ["\\u0000"],  # reads like an escaped NUL: the encoder's check looks closer
         [10**5000],  # too long for str(): the encoder's check says so
+        ["\ud800"],  # a lone surrogate: the encoder's check refuses it
+        ["\U0001f600"],  # a pair in JSON, like a lone one at a glance: the check looks closer
     ],
 )
 def test_anything_else_is_left_to_the_encoder(value: Any) -> None:
@@ -144,9 +168,9 @@ def test_decoded_options_are_shared_by_text_but_each_record_gets_its_own() -> No
 def test_options_equal_in_python_but_not_in_type_are_not_mixed_up() -> None:
     assert options_of({"timeout": 1}).timeout == 1
     assert type(options_of({"timeout": 1.0}).timeout) is float
-    assert options_of({"retry_jitter": True}).retry_jitter is True
-    with pytest.raises(InvalidTaskOptions):
-        options_of({"retry_jitter": 1})
+    assert options_of({"retry_jitter": False}).retry_jitter is False
+    # 0 == False, but 0 is no stored jitter: it reads as the default, not as False.
+    assert options_of({"retry_jitter": 0}).retry_jitter is True
 
 
 @pytest.mark.parametrize(

@@ -72,6 +72,9 @@ def test_next_after_and_ticks_back_agree() -> None:
         (None, 1.5, "UTC", "whole number of seconds"),
         (None, 60, "Europe/Paris", "cron schedules only"),
         (["* * * * *"], None, "UTC", "must be a string"),
+        (None, 10**10, "UTC", "ten years"),
+        ("* " * 150 + "*", None, "UTC", "at most 200 characters"),
+        ("* * * * *", None, "Europe/" + "x" * 64, "IANA name"),
     ],
 )
 def test_a_bad_timing_is_refused_with_what_to_write(cron, every, tz, message) -> None:

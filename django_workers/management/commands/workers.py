@@ -25,6 +25,7 @@ from django_workers.api import cancel_task, get_all_tasks, get_task_status
 from django_workers.authority import Authority, System
 from django_workers.checks import missing_tables
 from django_workers.exceptions import (
+    InvalidTaskKey,
     TaskAlreadyFinished,
     TaskNotFound,
     WorkersError,
@@ -146,6 +147,8 @@ class Command(BaseCommand):
             info = get_task_status(options["task_id"], System(), store=store)
         except TaskNotFound as e:
             raise CommandError(f"No task {options['task_id']!r}.") from e
+        except InvalidTaskKey as e:
+            raise CommandError(str(e)) from e
         if self.as_json:
             return self._json(task_json(info))
         self._write(show_text(info))
@@ -225,6 +228,8 @@ def cancel_one(task_id: str, store: WorkerStore) -> dict[str, str]:
         info = cancel_task(task_id, System(), store=store)
     except TaskNotFound:
         return {"id": task_id, "outcome": "not found", "detail": ""}
+    except InvalidTaskKey as e:
+        return {"id": task_id, "outcome": "invalid id", "detail": str(e)}
     except TaskAlreadyFinished as e:
         return {"id": task_id, "outcome": "already finished", "detail": str(e.status)}
     return {"id": task_id, "outcome": "cancelled", "detail": str(info.status)}
@@ -236,6 +241,8 @@ def retry_one(task_id: str, completed: bool, store: WorkerStore) -> dict[str, st
         old, run_id = operations.retry(task_id, allow_completed=completed, store=store)
     except TaskNotFound:
         return {"id": task_id, "outcome": "not found", "detail": ""}
+    except InvalidTaskKey as e:
+        return {"id": task_id, "outcome": "invalid id", "detail": str(e)}
     except WorkersError as e:  # not retryable, refused by the queue authorizer, moved task
         return {"id": task_id, "outcome": "refused", "detail": str(e)}
     return {"id": task_id, "outcome": "retried", "detail": f"was {old.status}, new run {run_id}"}
