@@ -190,16 +190,21 @@ class WorkerRuntime:
     ) -> int:
         """Serve until ``request_stop()`` (or, in burst mode, until no work is left).
 
-        ``on_started`` is called once the runtime is set up, before it claims: how it
-        is woken (``wake_up``) is known from then on.
+        ``on_started`` is called once the runtime serves and knows how it is woken
+        (``wake_up``), before ``run()`` returns: at once, or, while the listener still
+        waits for its probe (up to ``PROBE_TIMEOUT``), on a thread of its own as soon
+        as it heard it or gave up. The claim loop never waits for it.
         """
         self._start()
+        announcing: threading.Thread | None = None
         try:
             if on_started is not None:
-                on_started()
+                announcing = self._announce(on_started)
             self._claim_loop()
         finally:
             settled = self.shutdown(drain_timeout)
+            if announcing is not None:
+                announcing.join(PROBE_TIMEOUT + 5.0)
         if self.stalled:
             return EXIT_STALLED
         return EXIT_OK if settled else EXIT_DRAIN_TIMEOUT
@@ -246,14 +251,33 @@ class WorkerRuntime:
                 on_deaf=self._on_deaf,
             )
             self._listener.start()
-            self._listener.settled.wait(5.0 + PROBE_TIMEOUT)
-            self._record_wake_up()
+            # A direct connection hears its probe within milliseconds; a deaf one is
+            # told after PROBE_TIMEOUT, while the claim loop, started, polls.
+            self._listener.settled.wait(min(PROBE_TIMEOUT, self.lease_timeout / 4))
         elif (wake_file := self.store.wake_file()) is not None:
             # SQLite: writers on this machine wake us through a socket; polling stays.
             self._local = LocalListener(wake_file, runtime_socket_name(), self._on_notify)
             self._local.start()
         self.store.subscribe(self._wake.set)
         self.started.set()
+
+    def _announce(self, call: Callable[[], None]) -> threading.Thread | None:
+        """``call()`` now if how this runtime is woken is known, else once it is (a thread)."""
+        listener = self._listener
+        if listener is None or listener.settled.is_set():
+            call()
+            return None
+
+        def when_known() -> None:
+            listener.settled.wait(PROBE_TIMEOUT + 5.0)
+            try:
+                call()
+            except Exception as e:  # the caller's announcement must not end the runtime
+                self._report(logger.error, "The start-up callback failed: %r", e)
+
+        thread = threading.Thread(target=when_known, name="workers-announce", daemon=True)
+        thread.start()
+        return thread
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

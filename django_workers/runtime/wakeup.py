@@ -120,7 +120,7 @@ class Listener:
     ``PROBE_TIMEOUT`` for its own. If it never comes, the listener takes its
     LISTEN back, sets ``deaf``, calls ``on_deaf()`` and stops for good.
     ``ready`` is set while LISTEN is in place (and heard its probe); ``settled``
-    once the first LISTEN was either.
+    once the first LISTEN was either, or the listener stopped.
     """
 
     def __init__(
@@ -188,6 +188,7 @@ class Listener:
                 self._stopped.wait(delay)
                 delay = min(delay * 2, 10.0)
         self.ready.clear()
+        self.settled.set()  # stopped: nothing more will be known
         if self.deaf.is_set() and self._on_deaf is not None:
             try:
                 self._on_deaf()

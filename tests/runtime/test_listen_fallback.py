@@ -100,6 +100,7 @@ def test_a_deaf_listen_warns_once_and_the_runtime_polls_at_its_interval(
     served.append(start_runtime(store, poll_interval=0.05))
     runtime = served[0].runtime
     wait_until(lambda: warnings_of(caplog))
+    wait_until(lambda: store.list_workers()[0].wake_up == DEAF)
 
     [warning] = warnings_of(caplog)
     assert "does not receive notices sent through alias 'default'" in warning
@@ -128,6 +129,7 @@ def test_workers_status_and_the_banner_say_a_deaf_worker_polls(
     store = DeafDatabaseStore()
     served.append(start_runtime(store, poll_interval=0.05))
     runtime = served[0].runtime
+    wait_until(lambda: store.list_workers()[0].wake_up == DEAF)
 
     out = io.StringIO()
     call_command("workers", "status", "--json", stdout=out)
@@ -150,7 +152,7 @@ def test_a_listen_that_hears_its_probe_is_trusted_and_recorded(
     store = Hearing()
     served.append(start_runtime(store, poll_interval=0.05))
     runtime = served[0].runtime
-    assert runtime.listening
+    wait_until(lambda: runtime.listening)
     assert runtime.wake_up == "LISTEN/NOTIFY"
     assert store.list_workers()[0].wake_up == "LISTEN/NOTIFY"
 
@@ -218,7 +220,7 @@ def test_with_a_listen_database_the_claim_on_notice_goes_through_the_main_alias(
         assert store.listen_alias() == "listen"
         served.append(start_runtime(store, poll_interval=60.0))
         runtime = served[0].runtime
-        assert runtime.listening
+        wait_until(lambda: runtime.listening)
         assert runtime.wake_up == "LISTEN/NOTIFY on alias 'listen'"
         for n in range(3):
             task_id = submit_task(f"wake-{n}", tasks.add, System(), args=[n, 1], scope="global")
