@@ -18,9 +18,9 @@ HERE = Path(__file__).resolve().parent
 DEFAULT_URL = f"sqlite:///{HERE / 'results' / 'bench-workers.sqlite3'}"
 
 
-def database_from_env() -> dict[str, Any]:
-    """DATABASES['default'] for the URL in DATABASE_URL (a SQLite file when unset)."""
-    db: dict[str, Any] = dict(dj_database_url.parse(os.environ.get("DATABASE_URL") or DEFAULT_URL))
+def database_from_env(variable: str = "DATABASE_URL") -> dict[str, Any]:
+    """A DATABASES entry for the URL in ``variable`` (a SQLite file when unset)."""
+    db: dict[str, Any] = dict(dj_database_url.parse(os.environ.get(variable) or DEFAULT_URL))
     db["CONN_MAX_AGE"] = None
     db["CONN_HEALTH_CHECKS"] = False
     if db["ENGINE"] == "django.db.backends.sqlite3":

@@ -22,7 +22,10 @@ if _POSTGRES and os.environ.get("BENCH_SERVER_SIDE_BINDING") == "1":
     # psycopg's server-side binding, which prepares a statement after 5 runs of it
     # (the anchors' settings never read this).
     DATABASES["default"]["OPTIONS"] = {"server_side_binding": True}
+if _POSTGRES and os.environ.get("BENCH_LISTEN_URL"):
+    # pooler_wakeup.py: LISTEN on a direct connection while all else goes through the pooler.
+    DATABASES["listen"] = database_from_env("BENCH_LISTEN_URL")
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # Nothing in the benchmark needs a django.tasks backend; keep Django's default out of the way.
 TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
-DJANGO_WORKERS: dict = {}
+DJANGO_WORKERS: dict = {"LISTEN_DATABASE": "listen"} if "listen" in DATABASES else {}

@@ -92,6 +92,7 @@ def check_workers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
     errors = _unknown_keys(user)
     errors += _dotted_paths()
     errors += _database_alias()
+    errors += _listen_database()
     errors += _numbers()
     errors += _positive_ints()
     errors += _queues()
@@ -160,6 +161,58 @@ def _database_alias() -> list[CheckMessage]:
             id="django_workers.E011",
         )
     ]
+
+
+def _listen_database() -> list[CheckMessage]:
+    """LISTEN_DATABASE: None, False or a PostgreSQL alias of the same database as DATABASE."""
+    alias, main = workers_settings.LISTEN_DATABASE, workers_settings.DATABASE
+    if alias is None or alias is False:
+        return []
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
+        return [
+            _listen_error(
+                f"= {alias!r} is not a database alias of this site.",
+                "Use one of the keys of DATABASES "
+                f"({', '.join(map(repr, settings.DATABASES))}), None to LISTEN through "
+                "DATABASE, or False to poll without LISTEN.",
+            )
+        ]
+    if not isinstance(main, str) or main not in settings.DATABASES:
+        return []  # E011 reports it
+    listen, store = settings.DATABASES[alias], settings.DATABASES[main]
+    for name in (main, alias):
+        if connections[name].vendor != "postgresql":
+            return [
+                _listen_error(
+                    f"= {alias!r}, but DATABASES[{name!r}] is not PostgreSQL: only PostgreSQL "
+                    "has LISTEN/NOTIFY.",
+                    "Leave LISTEN_DATABASE out on other databases (workers poll there); on "
+                    "PostgreSQL point it at an alias of the same database that connects "
+                    "directly or through a session-mode pool.",
+                )
+            ]
+    # Elsewhere a pooler may name the database otherwise: the runtime's probe tells.
+    same_server = all(
+        str(listen.get(key) or "") == str(store.get(key) or "") for key in ("HOST", "PORT")
+    )
+    if same_server and listen.get("NAME") != store.get("NAME"):
+        return [
+            _listen_error(
+                f"= {alias!r} names database {listen.get('NAME')!r} on the server of "
+                f"DATABASE {main!r}, which names {store.get('NAME')!r}: notices of one "
+                "database never reach listeners of another.",
+                f"Give DATABASES[{alias!r}] the NAME of DATABASES[{main!r}].",
+            )
+        ]
+    return []
+
+
+def _listen_error(problem: str, hint: str) -> Error:
+    return Error(
+        f"DJANGO_WORKERS['LISTEN_DATABASE'] {problem}",
+        hint=hint + " See 'Behind PgBouncer' in docs/install.md.",
+        id="django_workers.E020",
+    )
 
 
 def _is_number(value: object) -> bool:
@@ -410,9 +463,10 @@ def _all_migration_files_applied(alias: str) -> bool:
 
 
 def workers_databases() -> list[str]:
-    """The database alias the workers use, if it is one of DATABASES."""
-    alias = workers_settings.DATABASE
-    return [alias] if isinstance(alias, str) and alias in settings.DATABASES else []
+    """The database aliases the workers use (DATABASE, then LISTEN_DATABASE) among DATABASES."""
+    aliases = [workers_settings.DATABASE, workers_settings.LISTEN_DATABASE]
+    found = [a for a in aliases if isinstance(a, str) and a in settings.DATABASES]
+    return list(dict.fromkeys(found))
 
 
 def missing_tables() -> str | None:

@@ -19,6 +19,9 @@ DEFAULTS: dict[str, Any] = {
     "STORE": "django_workers.stores.database.DatabaseWorkerStore",
     # Database alias the database store writes to.
     "DATABASE": "default",
+    # Database alias of the LISTEN connections on PostgreSQL: None listens through DATABASE,
+    # an alias listens there (direct or session-pooled), False never LISTENs (poll).
+    "LISTEN_DATABASE": None,
     # fn(queue_name, user_id) -> bool, dotted path; None disables the queue check.
     "QUEUE_AUTHORIZER": None,
     # fn(task_id, watchers, user_id) -> bool, dotted path; None denies cross-user joins.

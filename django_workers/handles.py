@@ -8,7 +8,8 @@ hands back the newer run's result.
 Waiting: on PostgreSQL one LISTEN connection per process (and database) wakes
 every waiting handle when a ``d:<task id>`` notification says that task ended
 (migration 0002 sends it), so ``wait()`` returns within milliseconds of the
-end. Elsewhere a handle polls with backoff, 10 ms doubling to 500 ms.
+end. Elsewhere, and where that LISTEN never hears its probe (a pooler in
+transaction mode), a handle polls with backoff, 10 ms doubling to 500 ms.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -32,8 +34,16 @@ from django_workers.exceptions import RemoteTaskError, TaskCancelled
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef
-from django_workers.runtime.wakeup import DONE_CHANNEL, ENDED, Listener, parse_notice
+from django_workers.runtime.wakeup import (
+    DONE_CHANNEL,
+    ENDED,
+    Listener,
+    deaf_warning,
+    parse_notice,
+)
 from django_workers.stores import WorkerStore, default_store
+
+logger = logging.getLogger(__name__)
 
 #: Polling without NOTIFY: the first pause, doubled up to the last, in seconds.
 POLL_FIRST, POLL_MAX = 0.01, 0.5
@@ -267,10 +277,17 @@ def _superseded(own: TaskInfo, newer: TaskInfo) -> TaskInfo:
 class _TaskEnds:
     """One LISTEN connection of this process to one database; wakes handles waiting on ends."""
 
-    def __init__(self, params: dict[str, Any]) -> None:
+    def __init__(self, params: dict[str, Any], store: WorkerStore) -> None:
         self._lock = threading.Lock()
         self._waiters: dict[str, list[Callable[[], None]]] = {}
-        self._listener = Listener(params, self._on_notify, channel=DONE_CHANNEL)
+        self._aliases = (store.listen_alias() or "?", getattr(store, "using", "?"))
+        self._listener = Listener(
+            params,
+            self._on_notify,
+            channel=DONE_CHANNEL,
+            probe=store.send_notice,
+            on_deaf=self._on_deaf,
+        )
         self._listener.start()
 
     @property
@@ -292,6 +309,13 @@ class _TaskEnds:
     def close(self) -> None:
         self._listener.stop()
         self._listener.join(5.0)
+
+    def _on_deaf(self) -> None:
+        instead = (
+            f"Handles waiting in this process poll instead ({POLL_FIRST * 1000:g} ms doubling "
+            f"to {POLL_MAX:g} s)."
+        )
+        logger.warning(deaf_warning(*self._aliases, instead))
 
     def _on_notify(self, payload: str) -> None:
         notice = parse_notice(payload)
@@ -322,7 +346,7 @@ def _task_ends(store: WorkerStore) -> _TaskEnds | None:
     key = (os.getpid(), repr(sorted(params.items())))
     with _ends_lock:
         if key not in _ends:
-            _ends[key] = _TaskEnds(params)
+            _ends[key] = _TaskEnds(params, store)
         return _ends[key]
 
 

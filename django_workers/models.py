@@ -247,6 +247,8 @@ class WorkerProcess(models.Model):
     concurrency = models.PositiveIntegerField(default=1)
     started_at = models.DateTimeField(default=timezone.now)
     heartbeat_at = models.DateTimeField(default=timezone.now)
+    # How the runtime learns of new work ("LISTEN/NOTIFY", "polling every 0.2 s", ...).
+    wake_up = models.CharField(max_length=200, blank=True, default="")
 
     class Meta:
         verbose_name = "worker process"

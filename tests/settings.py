@@ -80,7 +80,28 @@ def _database() -> dict:
     return db
 
 
-DATABASES = {"default": _database()}
+def _databases() -> dict:
+    """``default``, and on PostgreSQL ``listen``: a second alias of the same database.
+
+    ``listen`` is what a LISTEN_DATABASE alias that connects directly would be (in
+    tests it mirrors ``default``'s test database). ``WORKERS_TEST_DATABASES``, a JSON
+    object of alias -> database URL, adds or replaces aliases, and
+    ``WORKERS_TEST_DB_OPTIONS`` (JSON) is merged into ``default``'s OPTIONS: the
+    subprocesses of the PgBouncer tests reach the database through a pooler this way.
+    """
+    default = _database()
+    default.setdefault("OPTIONS", {}).update(
+        json.loads(os.environ.get("WORKERS_TEST_DB_OPTIONS", "{}"))
+    )
+    found = {"default": default}
+    if "postgresql" in default["ENGINE"]:
+        found["listen"] = {**default, "OPTIONS": {}, "TEST": {"MIRROR": "default"}}
+    for alias, url in json.loads(os.environ.get("WORKERS_TEST_DATABASES", "{}")).items():
+        found[alias] = {**dj_database_url.parse(url, conn_max_age=0), "TEST": {"MIRROR": "default"}}
+    return found
+
+
+DATABASES = _databases()
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 TASKS = {

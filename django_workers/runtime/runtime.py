@@ -65,7 +65,15 @@ from django_workers.runtime.run import (
     task_logger,
 )
 from django_workers.runtime.scheduler import Scheduler
-from django_workers.runtime.wakeup import CANCELLED, Listener, LocalListener, parse_notice
+from django_workers.runtime.wakeup import (
+    CANCELLED,
+    PROBE_TIMEOUT,
+    Listener,
+    LocalListener,
+    deaf_warning,
+    parse_notice,
+    wake_up_text,
+)
 from django_workers.runtime.watchdog import Watchdog
 from django_workers.signals import run_started
 from django_workers.stores import WorkerStore, default_store
@@ -166,6 +174,8 @@ class WorkerRuntime:
         self.scheduler = Scheduler(self.store, self._report)
         self._listener: Listener | None = None
         self._local: LocalListener | None = None
+        # What the lease row says of how this runtime is woken (``wake_up``).
+        self._recorded_wake_up = ""
         # Liveness: when the claim loop last went round, since when the finisher has been
         # writing its current batch (None: idle).
         self._claim_beat = time.monotonic()
@@ -180,8 +190,14 @@ class WorkerRuntime:
 
     @property
     def listening(self) -> bool:
-        """True when LISTEN/NOTIFY wakes this runtime (PostgreSQL)."""
+        """True when LISTEN/NOTIFY wakes this runtime: LISTEN is up and heard its probe."""
         return self._listener is not None and self._listener.ready.is_set()
+
+    @property
+    def wake_up(self) -> str:
+        """How this runtime learns of new work, as the banner and ``workers status`` say it."""
+        deaf = self._listener is not None and self._listener.deaf.is_set()
+        return wake_up_text(self.store, self.poll_interval, deaf=deaf)
 
     def active_runs(self) -> list[TaskInfo]:
         """Live snapshots of the runs executing in this runtime."""
@@ -196,13 +212,26 @@ class WorkerRuntime:
         self._stopping.set()
         self._wake.set()
 
-    def run(self, drain_timeout: float = 30.0) -> int:
-        """Serve until ``request_stop()`` (or, in burst mode, until no work is left)."""
+    def run(
+        self, drain_timeout: float = 30.0, *, on_started: Callable[[], None] | None = None
+    ) -> int:
+        """Serve until ``request_stop()`` (or, in burst mode, until no work is left).
+
+        ``on_started`` is called once the runtime serves and knows how it is woken
+        (``wake_up``), before ``run()`` returns: at once, or, while the listener still
+        waits for its probe (up to ``PROBE_TIMEOUT``), on a thread of its own as soon
+        as it heard it or gave up. The claim loop never waits for it.
+        """
         self._start()
+        announcing: threading.Thread | None = None
         try:
+            if on_started is not None:
+                announcing = self._announce(on_started)
             self._claim_loop()
         finally:
             settled = self.shutdown(drain_timeout)
+            if announcing is not None:
+                announcing.join(PROBE_TIMEOUT + 5.0)
         if self.lease_taken:
             return EXIT_LEASE_TAKEN
         if self.stalled:
@@ -213,6 +242,7 @@ class WorkerRuntime:
 
     def _register(self) -> None:
         now = clock.now()
+        wake_up = self.wake_up
         self.store.register_worker(
             WorkerRegistration(
                 id=self.worker_id,
@@ -222,8 +252,10 @@ class WorkerRuntime:
                 concurrency=self.concurrency,
                 started_at=now,
                 heartbeat_at=now,
+                wake_up=wake_up,
             )
         )
+        self._recorded_wake_up = wake_up
 
     def _start(self) -> None:
         self.store.check_runtime_start()
@@ -241,10 +273,16 @@ class WorkerRuntime:
         params = self.store.listen_params()
         if params is not None:
             self._listener = Listener(
-                params, self._on_listened, connect=self.store.listening_connection
+                params,
+                self._on_listened,
+                connect=self.store.listening_connection,
+                probe=self.store.send_notice,
+                on_deaf=self._on_deaf,
             )
             self._listener.start()
-            self._listener.ready.wait(5.0)
+            # A direct connection hears its probe within milliseconds; a deaf one is
+            # told after PROBE_TIMEOUT, while the claim loop, started, polls.
+            self._listener.settled.wait(min(PROBE_TIMEOUT, self.lease_timeout / 4))
         elif (wake_file := self.store.wake_file()) is not None:
             # SQLite: writers on this machine wake us through a socket; polling stays.
             self._local = LocalListener(wake_file, runtime_socket_name(), self._on_notify)
@@ -274,6 +312,24 @@ class WorkerRuntime:
                 continue
             self.database.reached()
             return
+
+    def _announce(self, call: Callable[[], None]) -> threading.Thread | None:
+        """``call()`` now if how this runtime is woken is known, else once it is (a thread)."""
+        listener = self._listener
+        if listener is None or listener.settled.is_set():
+            call()
+            return None
+
+        def when_known() -> None:
+            listener.settled.wait(PROBE_TIMEOUT + 5.0)
+            try:
+                call()
+            except Exception as e:  # the caller's announcement must not end the runtime
+                self._report(logger.error, "The start-up callback failed: %r", e)
+
+        thread = threading.Thread(target=when_known, name="workers-announce", daemon=True)
+        thread.start()
+        return thread
 
     def _spawn(self, target: Callable[[], None], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -353,14 +409,17 @@ class WorkerRuntime:
                 self._claims_in_flight -= 1
 
     def _on_listened(self, payload: str) -> None:
-        """A notice on the LISTEN connection: new work is claimed here, on that connection.
+        """A notice on the LISTEN connection: new work is claimed here, on the listener's thread.
 
-        The listener's thread claims at once through the connection that received the
-        notice, instead of waking the claim loop to claim through its own: on an idle
-        worker that saves a thread's wake-up and a round trip to a database process
-        that was asleep (about 0.25 ms of the wake-up on a two-core machine). The claim
-        loop is woken as before whenever this claim cannot settle the notice: the loop
-        is claiming already, there may be more to claim, or the claim failed.
+        The listener's thread claims at once, instead of waking the claim loop to
+        claim: on an idle worker that saves a thread's wake-up and, where LISTEN goes
+        through the store's alias, a round trip to a database process that was asleep,
+        since the claim then runs on the very connection that received the notice
+        (about 0.25 ms of the wake-up on a two-core machine). With a LISTEN_DATABASE
+        of its own the claim goes through this thread's connection of the store's
+        alias: the listening one may reach the server another way. The claim loop is
+        woken as before whenever this claim cannot settle the notice: the loop is
+        claiming already, there may be more to claim, or the claim failed.
         """
         notice = parse_notice(payload)
         if notice.is_work_for(self.queues) and not notice.reconnected and self._claimed_here():
@@ -383,6 +442,29 @@ class WorkerRuntime:
         finally:
             self._claim_turn.release()
         return free > 0 and len(claimed) < free and not served_limits(self.queues, limits)
+
+    def _on_deaf(self) -> None:
+        """The listener's probe never came: it stopped, and this runtime polls; say so once."""
+        alias = self.store.listen_alias() or "?"
+        instead = f"This worker polls every {self.poll_interval:g} s instead."
+        warning = deaf_warning(alias, getattr(self.store, "using", alias), instead)
+        self._report(logger.warning, warning)
+        self._wake.set()  # the claim loop's wait was a LISTEN's: wait a poll's from now on
+        try:
+            self._record_wake_up()
+        finally:
+            self.store.reset_connection()  # the listener's thread ends here
+
+    def _record_wake_up(self) -> None:
+        """Store in the lease row how this runtime is woken, if that changed."""
+        wake_up = self.wake_up
+        if wake_up == self._recorded_wake_up:
+            return
+        try:
+            if self.store.record_wake_up(self.worker_id, wake_up):
+                self._recorded_wake_up = wake_up
+        except DatabaseError as e:
+            self._report(logger.warning, "Could not record how %s is woken (%s)", self.worker_id, e)
 
     def _idle(self) -> bool:
         with self._lock:

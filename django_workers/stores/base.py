@@ -238,6 +238,8 @@ class WorkerRegistration:
     heartbeat_at: datetime
     #: Runs whose record ended while their function still executes (read by list_workers).
     held_slots: int = 0
+    #: How the runtime learns of new work (``wakeup.wake_up_text``); "" if it did not say.
+    wake_up: str = ""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -484,6 +486,10 @@ class WorkerStore(abc.ABC):
     def remove_worker(self, worker_id: str) -> None:
         """Delete a lease row (clean exit)."""
 
+    def record_wake_up(self, worker_id: str, wake_up: str) -> bool:
+        """Store in a lease row how its runtime now learns of new work; False if it is gone."""
+        return False
+
     @abc.abstractmethod
     def list_workers(self) -> list[WorkerRegistration]:
         """Every registered runtime."""
@@ -546,13 +552,22 @@ class WorkerStore(abc.ABC):
         """Connection parameters for a LISTEN/NOTIFY wake-up; None where there is none."""
         return None
 
+    def listen_alias(self) -> str | None:
+        """The database alias LISTEN connections use (``listen_params``); None where none do."""
+        return None
+
     def listening_connection(self) -> AbstractContextManager[Any]:
         """This thread's own connection as a psycopg connection, to LISTEN on (``listen_params``).
 
-        The store's calls from the same thread go through it too, so a runtime claims
-        on the connection that received the notice. It is closed on exit.
+        Where LISTEN goes through the store's own alias, the store's calls from the
+        same thread use it too, so a runtime claims on the connection that received
+        the notice. It is closed on exit.
         """
         raise NotImplementedError(f"{type(self).__name__} has no LISTEN connection")
+
+    def send_notice(self, channel: str, payload: str) -> None:
+        """NOTIFY ``channel`` through a connection of its own, as the store's writes notify."""
+        raise NotImplementedError(f"{type(self).__name__} has no NOTIFY")
 
     def reset_connection(self) -> None:  # noqa: B027
         """Drop this thread's connection after an error, so the next call reconnects."""

@@ -844,6 +844,7 @@ class DatabaseWorkerStore(WorkerStore):
                 "concurrency": worker.concurrency,
                 "started_at": worker.started_at,
                 "heartbeat_at": worker.heartbeat_at,
+                "wake_up": worker.wake_up[:200],
             },
         )
 
@@ -854,6 +855,10 @@ class DatabaseWorkerStore(WorkerStore):
     @_one_writer
     def remove_worker(self, worker_id: str) -> None:
         self._workers().filter(pk=worker_id).delete()
+
+    @_one_writer
+    def record_wake_up(self, worker_id: str, wake_up: str) -> bool:
+        return self._workers().filter(pk=worker_id).update(wake_up=wake_up[:200]) == 1
 
     def list_workers(self) -> list[WorkerRegistration]:
         held = dict(
@@ -872,6 +877,7 @@ class DatabaseWorkerStore(WorkerStore):
                 started_at=w.started_at,
                 heartbeat_at=w.heartbeat_at,
                 held_slots=held.get(w.id, 0),
+                wake_up=w.wake_up,
             )
             for w in self._workers().order_by("started_at")
         ]
@@ -959,13 +965,35 @@ class DatabaseWorkerStore(WorkerStore):
             )
 
     def listen_params(self) -> dict[str, Any] | None:
-        connection = connections[self.using]
-        if connection.vendor != "postgresql":
+        alias = self.listen_alias()
+        if alias is None:
             return None
-        params = dict(connection.get_connection_params())
+        params = dict(connections[alias].get_connection_params())
         for django_only in ("cursor_factory", "context", "prepare_threshold"):
             params.pop(django_only, None)
         return params
+
+    def listen_alias(self) -> str | None:
+        if self.vendor != "postgresql":
+            return None
+        chosen = workers_settings.LISTEN_DATABASE
+        if chosen is False:
+            return None
+        # LISTEN_DATABASE pairs with DATABASE; a store on another alias listens there.
+        if chosen is None or self.using != workers_settings.DATABASE:
+            return self.using
+        # Another engine cannot LISTEN (the system checks say so): poll.
+        return chosen if connections[chosen].vendor == "postgresql" else None
+
+    def send_notice(self, channel: str, payload: str) -> None:
+        # Not this thread's connection: that may be the very connection that LISTENs,
+        # and a session hears its own notices even where no other session would.
+        connection = connections.create_connection(self.using)
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [channel, payload])
+        finally:
+            connection.close()
 
     def check_runtime_start(self) -> None:
         connection = connections[self.using]
@@ -986,12 +1014,17 @@ class DatabaseWorkerStore(WorkerStore):
 
     @contextlib.contextmanager
     def listening_connection(self) -> Iterator[Any]:
-        connection = connections[self.using]
+        alias = self.listen_alias() or self.using
+        connection = connections[alias]
         connection.ensure_connection()
         try:
             yield connection.connection
         finally:
+            # The claims made on notice used this thread's connection of the store's alias.
             self.reset_connection()
+            if alias != self.using:
+                with contextlib.suppress(DatabaseError):
+                    connection.close()
 
     def reset_connection(self) -> None:
         with contextlib.suppress(DatabaseError):

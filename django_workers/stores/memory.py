@@ -353,6 +353,14 @@ class InMemoryWorkerStore(WorkerStore):
         with self._lock:
             self._workers.pop(worker_id, None)
 
+    def record_wake_up(self, worker_id: str, wake_up: str) -> bool:
+        with self._lock:
+            worker = self._workers.get(worker_id)
+            if worker is None:
+                return False
+            self._workers[worker_id] = replace(worker, wake_up=wake_up)
+            return True
+
     def list_workers(self) -> list[WorkerRegistration]:
         with self._lock:
             held = [worker for _queue, worker in self._held.values()]

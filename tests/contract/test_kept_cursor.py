@@ -110,7 +110,7 @@ def test_values_bound_on_the_server_reach_every_column(made: list[Any]) -> None:
         )
 
 
-def test_where_django_binds_on_the_server_its_own_cursor_serves(
+def test_where_django_binds_on_the_server_one_kept_cursor_serves(
     made: list[Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(connection.features, "uses_server_side_binding", True)
@@ -118,6 +118,28 @@ def test_where_django_binds_on_the_server_its_own_cursor_serves(
     assert len(made) == 1
     assert sql._KEPT[connection][1] is made[0]
     assert connection not in sql._KEPT_BOUND
+
+
+@pytest.mark.parametrize("server_side", [False, True])
+def test_nothing_is_prepared_whatever_the_connections_threshold(
+    made: list[Any], monkeypatch: pytest.MonkeyPatch, server_side: bool
+) -> None:
+    # Behind a pooler in transaction mode a prepared statement is missing on the next
+    # server session, or its name ("_pg3_0") is taken there by another client's.
+    from django.db.backends.postgresql.base import ServerBindingCursor
+
+    monkeypatch.setattr(connection.features, "uses_server_side_binding", server_side)
+    connection.ensure_connection()
+    monkeypatch.setattr(connection.connection, "prepare_threshold", 0)
+    if server_side:  # as OPTIONS {"server_side_binding": True} makes Django's connection
+        monkeypatch.setattr(connection.connection, "cursor_factory", ServerBindingCursor)
+    store = DatabaseWorkerStore()
+    for _ in range(3):
+        submit(store)
+    assert len(store.claim("w1", None, 5, clock.now())) == 3
+    with sql.kept_cursor(connection, bound=True) as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE %s", [True])
+        assert cursor.fetchone() == (0,)
 
 
 def test_the_statements_are_logged_and_pass_the_execute_wrappers(made: list[Any]) -> None:

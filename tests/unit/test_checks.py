@@ -185,3 +185,78 @@ def test_the_sqlite_warning_shows_under_plain_check(monkeypatch: pytest.MonkeyPa
     out = io.StringIO()
     call_command("check", stdout=out, stderr=out)
     assert "django_workers.W001" in out.getvalue()
+
+
+# -- LISTEN_DATABASE ------------------------------------------------------------------------
+
+PG = {"ENGINE": "django.db.backends.postgresql", "NAME": "shop", "HOST": "db", "PORT": 5432}
+
+
+def listen_check(monkeypatch: pytest.MonkeyPatch, databases: dict, listen: object) -> list:
+    """check_workers_settings() with these DATABASES and DJANGO_WORKERS['LISTEN_DATABASE']."""
+    from django.db.utils import ConnectionHandler
+
+    user = {"LISTEN_DATABASE": listen}
+    monkeypatch.setattr(
+        checks, "settings", SimpleNamespace(DATABASES=databases, DJANGO_WORKERS=user)
+    )
+    monkeypatch.setattr(checks, "connections", ConnectionHandler(databases))
+    with override_settings(DJANGO_WORKERS=user):
+        return [m for m in check_workers_settings() if m.id == "django_workers.E020"]
+
+
+@pytest.mark.parametrize("listen", [None, False])
+def test_listen_database_none_or_false_pass(listen: object) -> None:
+    with override_settings(DJANGO_WORKERS={"LISTEN_DATABASE": listen}):
+        assert check_workers_settings() == []
+
+
+def test_listen_database_may_name_the_main_alias(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert listen_check(monkeypatch, {"default": PG}, "default") == []
+
+
+@pytest.mark.parametrize("listen", ["nowhere", 3, True])
+def test_listen_database_must_be_an_alias(listen: object) -> None:
+    with override_settings(DJANGO_WORKERS={"LISTEN_DATABASE": listen}):
+        [error] = check_workers_settings()
+    assert error.id == "django_workers.E020"
+    assert "is not a database alias of this site" in error.msg
+    assert "False to poll" in error.hint
+
+
+@pytest.mark.parametrize(
+    ("databases", "problem"),
+    [
+        (
+            {"default": PG, "direct": {"ENGINE": "django.db.backends.sqlite3", "NAME": "x"}},
+            "DATABASES['direct'] is not PostgreSQL",
+        ),
+        (
+            {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "x"}, "direct": PG},
+            "DATABASES['default'] is not PostgreSQL",
+        ),
+        (
+            {"default": PG, "direct": {**PG, "NAME": "other"}},
+            "names database 'other' on the server of DATABASE 'default', which names 'shop'",
+        ),
+    ],
+)
+def test_listen_database_must_reach_the_same_postgresql_database(
+    monkeypatch: pytest.MonkeyPatch, databases: dict, problem: str
+) -> None:
+    [error] = listen_check(monkeypatch, databases, "direct")
+    assert problem in error.msg
+    assert "Behind PgBouncer" in error.hint
+
+
+@pytest.mark.parametrize(
+    "direct",
+    [
+        {**PG, "PORT": 6432, "NAME": "shop_session"},  # a pooler may name it otherwise
+        {**PG, "PORT": "5432", "OPTIONS": {"sslmode": "require"}},
+    ],
+)
+def test_listen_database_on_another_route_to_the_database_passes(
+    monkeypatch: pytest.MonkeyPatch, direct: dict
+) -> None:
+    assert listen_check(monkeypatch, {"default": PG, "direct": direct}, "direct") == []

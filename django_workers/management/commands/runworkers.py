@@ -22,7 +22,6 @@ from django.core.management.base import (
 from django.db import DatabaseError, connections
 
 import django_workers
-from django_workers import local_wake
 from django_workers.checks import missing_tables, workers_databases
 from django_workers.conf import queue_limits, workers_settings
 from django_workers.management.arguments import positive_int, queue_list, seconds
@@ -33,6 +32,8 @@ from django_workers.runtime.process import (
     configure_logging,
     install_signal_handlers,
 )
+from django_workers.runtime.runtime import WorkerRuntime
+from django_workers.runtime.wakeup import CHANNEL, notices_arrive, wake_up_text
 from django_workers.stores import default_store
 
 logger = logging.getLogger(__name__)
@@ -146,8 +147,11 @@ class Command(BaseCommand):
             except ValueError as e:  # the runtime refusing its settings (heartbeat vs lease)
                 raise CommandError(str(e)) from e
             install_signal_handlers(runtime.request_stop)
-            self._banner(store, options, runtime.worker_id)
-            code = runtime.run(drain_timeout=options["drain_timeout"])
+            # Once started: the runtime has checked by then that notices reach its LISTEN.
+            code = runtime.run(
+                drain_timeout=options["drain_timeout"],
+                on_started=lambda: self._banner(store, options, runtime),
+            )
         if code:
             sys.exit(code)
 
@@ -189,7 +193,10 @@ class Command(BaseCommand):
                 logger.info("Database %r reachable; starting", alias)
             return
 
-    def _banner(self, store: Any, options: dict[str, Any], worker_id: str = "") -> None:
+    def _banner(
+        self, store: Any, options: dict[str, Any], runtime: WorkerRuntime | None = None
+    ) -> None:
+        worker_id = runtime.worker_id if runtime is not None else ""
         alias = getattr(store, "using", None)
         vendor = connections[alias].vendor if alias else "memory"
         limits = queue_limits()
@@ -200,7 +207,7 @@ class Command(BaseCommand):
             + (f", alias {alias!r})" if alias else ")"),
             f"  queues:      {queues}",
             f"  concurrency: {options['concurrency']} threads x {options['processes']} processes",
-            f"  wake-up:     {_wake_up(store, options['poll_interval'])}",
+            f"  wake-up:     {_wake_up(store, options['poll_interval'], runtime)}",
         ]
         if limits:
             lines.append(f"  limits:      {', '.join(f'{q}={n}' for q, n in limits.items())}")
@@ -209,16 +216,18 @@ class Command(BaseCommand):
         self.stdout.write("\n".join(lines))
 
 
-def _wake_up(store: Any, poll_interval: float | None) -> str:
-    """How an idle worker of this store learns of new work, as the runtime will set it up."""
+def _wake_up(store: Any, poll_interval: float | None, runtime: WorkerRuntime | None = None) -> str:
+    """How an idle worker of this store learns of new work: the runtime's, once it started.
+
+    Without a runtime (the supervisor of ``--processes``), a LISTEN is probed here
+    as each worker process will probe its own.
+    """
+    if runtime is not None:
+        return runtime.wake_up
     poll_interval = workers_settings.seconds("POLL_INTERVAL", poll_interval)
-    if store.listen_params() is not None:
-        return "LISTEN/NOTIFY"
-    if (wake_file := store.wake_file()) is not None:
-        folder = local_wake.wake_dir(wake_file)
-        if not local_wake.socket_fits(wake_file):
-            return (
-                f"polling every {poll_interval:g} s (a socket path in {folder} would be too long)"
-            )
-        return f"same-host socket in {folder}, polling every {poll_interval:g} s as fallback"
-    return f"polling every {poll_interval:g} s"
+    params = store.listen_params()
+    try:
+        deaf = params is not None and not notices_arrive(params, CHANNEL, store.send_notice)
+    except Exception as e:  # psycopg's or Django's: the banner never stops the start
+        return f"LISTEN/NOTIFY, not checked ({e})"
+    return wake_up_text(store, poll_interval, deaf=deaf)

@@ -316,6 +316,7 @@ def status_json(report: operations.Status) -> dict[str, Any]:
                 "heartbeat_age": round(w.heartbeat_age, 3),
                 "running": w.running,
                 "held_slots": w.worker.held_slots,
+                "wake_up": w.worker.wake_up,
                 "stale": w.stale,
             }
             for w in report.workers
@@ -335,7 +336,18 @@ def status_json(report: operations.Status) -> dict[str, Any]:
     }
 
 
-WORKER_COLUMNS = ("ID", "HOST", "PID", "QUEUES", "CONC", "HEARTBEAT", "RUNNING", "HELD", "")
+WORKER_COLUMNS = (
+    "ID",
+    "HOST",
+    "PID",
+    "QUEUES",
+    "CONC",
+    "HEARTBEAT",
+    "RUNNING",
+    "HELD",
+    "WAKE-UP",
+    "",
+)
 QUEUE_COLUMNS = ("QUEUE", "PENDING", "RUNNING", "OLDEST PENDING", "")
 LIST_COLUMNS = ("ID", "STATUS", "QUEUE", "PROGRESS", "ATTEMPTS", "CREATED", "FINISHED")
 
@@ -350,6 +362,7 @@ def worker_row(w: operations.WorkerState) -> list[str]:
         f"{w.heartbeat_age:.1f} s",
         str(w.running),
         str(w.worker.held_slots),
+        w.worker.wake_up or "-",
         "STALE" if w.stale else "",
     ]
 
