@@ -139,14 +139,7 @@ class WorkflowCancelQuerySerializer(serializers.Serializer):
     """The cancel's one parameter: ``undo=false`` skips compensation; absent keeps the default."""
 
     # allow_null makes an absent or empty value None, not the False of an unticked checkbox.
-    undo = serializers.BooleanField(
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="false: cancel without running any undo step. Leave it out to compensate as "
-        "the workflow was submitted (its undo_on_cancel). true is refused (400): a cancel may "
-        "only narrow what the workflow was submitted with.",
-    )
+    undo = serializers.BooleanField(required=False, allow_null=True, default=None)
 
     def validate_undo(self, undo: bool | None) -> bool | None:
         if undo is True:
