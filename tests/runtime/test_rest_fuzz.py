@@ -48,6 +48,7 @@ CSRF_TOKEN = "f" * 32
 #: What only the other user's and the System() task ids and keys hold.
 THEIRS = ("theirs-secret", "system-secret", f"{THEM}::")
 
+# Loaded at import: schemathesis.pytest.from_fixture sets Node._nodeid, which pytest 9.2 dropped.
 with override_settings(ALLOWED_HOSTS=[wsgi.HOST]):
     schema = schemathesis.openapi.from_wsgi(
         SCHEMA,
