@@ -15,11 +15,24 @@ def only_workers_routes(endpoints: list[ENDPOINT], **kwargs: Any) -> list[ENDPOI
     return [e for e in endpoints if getattr(e[3], "__module__", "") == "django_workers.rest.views"]
 
 
+def empty_query_values_are_absent(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
+    """Say that an empty optional query value (``?status=``) is allowed: it means "absent"."""
+    for item in result.get("paths", {}).values():
+        for operation in item.values():
+            for parameter in operation.get("parameters", []):
+                if parameter["in"] == "query" and not parameter.get("required"):
+                    parameter["allowEmptyValue"] = True
+    return result
+
+
 class WorkersSchema(AutoSchema):
     """drf-spectacular's schema, naming each operation by its view's ``operation_id``."""
 
     def get_operation_id(self) -> str:
-        return getattr(self.view, "operation_id", "") or str(super().get_operation_id())
+        named = getattr(self.view, "operation_id", "")
+        if isinstance(named, dict):
+            named = named.get(self.method, "")
+        return named or str(super().get_operation_id())
 
 
 SETTINGS = {
@@ -28,6 +41,11 @@ SETTINGS = {
     "VERSION": "1",
     "OAS_VERSION": "3.1.0",
     "PREPROCESSING_HOOKS": ["django_workers.rest.schema.only_workers_routes"],
+    "POSTPROCESSING_HOOKS": [
+        # drf-spectacular's default hook, which names the enums, then ours.
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "django_workers.rest.schema.empty_query_values_are_absent",
+    ],
 }
 
 

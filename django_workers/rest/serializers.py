@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from rest_framework import serializers
 
 from django_workers.api import MAX_LIMIT
@@ -15,6 +18,10 @@ from django_workers.workflows.machine import NodeStatus, UndoStatus
 #: The deepest page a list may ask for; paging further is a scan, not a lookup.
 MAX_OFFSET = 10_000
 DEFAULT_LIMIT = 100
+
+#: How a page number is written: ASCII digits, maybe a minus (then refused as out of range) and
+#: ".0" (an integer to JSON Schema, so the OpenAPI schema's integers include 100.0).
+PAGE_NUMBER = re.compile(r"-?[0-9]+(?:\.0+)?")
 
 
 class TaskFailureSerializer(serializers.Serializer):
@@ -61,6 +68,15 @@ class TaskPageSerializer(serializers.Serializer):
     results = TaskSerializer(many=True, read_only=True)
 
 
+class PageNumberField(serializers.IntegerField):
+    """An offset or a limit in digits: DRF's int() would also read '1_000', ' 7', '+7' or '٣'."""
+
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, str) and not PAGE_NUMBER.fullmatch(data):
+            self.fail("invalid")
+        return int(super().to_internal_value(data))
+
+
 class TaskListQuerySerializer(serializers.Serializer):
     """The list's query parameters; an unknown status or an out-of-range page is refused."""
 
@@ -68,8 +84,8 @@ class TaskListQuerySerializer(serializers.Serializer):
     queue = serializers.CharField(
         required=False, max_length=QUEUE_MAX_LENGTH, trim_whitespace=False
     )
-    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
-    limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
+    offset = PageNumberField(min_value=0, max_value=MAX_OFFSET, default=0)
+    limit = PageNumberField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
 
 
 class UndoSerializer(serializers.Serializer):
@@ -123,8 +139,8 @@ class WorkflowListQuerySerializer(serializers.Serializer):
     """The workflow list's query parameters; an unknown state or an out-of-range page is refused."""
 
     state = serializers.ChoiceField(choices=WORKFLOW_STATES, required=False)
-    offset = serializers.IntegerField(min_value=0, max_value=MAX_OFFSET, default=0)
-    limit = serializers.IntegerField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
+    offset = PageNumberField(min_value=0, max_value=MAX_OFFSET, default=0)
+    limit = PageNumberField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
 
 
 #: Why ``undo=true`` is refused: a cancel may drop the compensation chosen at submit, never add it.
@@ -139,14 +155,7 @@ class WorkflowCancelQuerySerializer(serializers.Serializer):
     """The cancel's one parameter: ``undo=false`` skips compensation; absent keeps the default."""
 
     # allow_null makes an absent or empty value None, not the False of an unticked checkbox.
-    undo = serializers.BooleanField(
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="false: cancel without running any undo step. Leave it out to compensate as "
-        "the workflow was submitted (its undo_on_cancel). true is refused (400): a cancel may "
-        "only narrow what the workflow was submitted with.",
-    )
+    undo = serializers.BooleanField(required=False, allow_null=True, default=None)
 
     def validate_undo(self, undo: bool | None) -> bool | None:
         if undo is True:

@@ -45,25 +45,57 @@ from django_workers.workflows import (
 #: What follows a task id in the cancel route; an id may itself end this way.
 CANCEL_SUFFIX = "/actions/cancel"
 
+#: What an id in a path may be: 1 to 255 printable characters (Python's ``str.isprintable``:
+#: no Unicode "Other" or "Separator" but the ASCII space). Anything else is answered 400.
+ID_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": TASK_ID_MAX_LENGTH,
+    "pattern": r"^(?:[^\p{C}\p{Z}]| )+$",
+}
+
+TASK_ID_DESCRIPTION = (
+    "The id submit_task returned (a user-scoped id is `<user id>::<key>`). Percent-encode "
+    "what a URL path cannot hold; a `/` may stay as it is. An id that ends in `/` takes "
+    "one more `/` after it: the last slash of a path is the route's."
+)
+
 TASK_ID = OpenApiParameter(
     "task_id",
-    str,
+    ID_SCHEMA,
     OpenApiParameter.PATH,
-    description=(
-        "The id submit_task returned (a user-scoped id is `<user id>::<key>`). Percent-encode "
-        "what a URL path cannot hold; a `/` may stay as it is. An id that ends in `/` takes "
-        "one more `/` after it: the last slash of a path is the route's."
-    ),
+    description=TASK_ID_DESCRIPTION,
+)
+
+#: GET of a cancel path reads the task ``{task_id}/actions/cancel``: the id is shorter by that.
+CANCEL_PATH_TASK_ID = OpenApiParameter(
+    "task_id",
+    {**ID_SCHEMA, "maxLength": TASK_ID_MAX_LENGTH - len(CANCEL_SUFFIX)},
+    OpenApiParameter.PATH,
+    description=TASK_ID_DESCRIPTION,
 )
 
 WORKFLOW_ID = OpenApiParameter(
     "workflow_id",
-    str,
+    ID_SCHEMA,
     OpenApiParameter.PATH,
     description=(
         "The workflow's id: `<user id>::<key>` for a user's workflow (percent-encode the `::` "
         "or send it as it is), the key itself for a System() workflow. A bare key names the "
         "caller's own workflow."
+    ),
+)
+
+
+UNDO = OpenApiParameter(
+    "undo",
+    # The only value a cancel takes: true is refused, and leaving it out keeps the default.
+    {"type": "boolean", "enum": [False]},
+    OpenApiParameter.QUERY,
+    description=(
+        "false: cancel without running any undo step. Leave it out to compensate as the "
+        "workflow was submitted (its undo_on_cancel). true is refused (400): a cancel may "
+        "only narrow what the workflow was submitted with."
     ),
 )
 
@@ -91,8 +123,8 @@ class WorkersAPIView(APIView):
     # drf-spectacular's, whatever the site's DEFAULT_SCHEMA_CLASS; the views' class-level
     # extend_schema builds on it (a method-level one would build on the site's).
     schema = WorkersSchema()
-    #: The schema's name for the view's one documented operation.
-    operation_id = ""
+    #: The schema's name for the view's operation, or for each of its methods.
+    operation_id: str | dict[str, str] = ""
 
     def get_authenticators(self) -> list[BaseAuthentication]:
         # The site's DRF settings as they are now, not as they were when this module loaded.
@@ -150,7 +182,15 @@ class TaskDetailView(WorkersAPIView):
         return task_answer(get_task_status(task_id, self.authority()))
 
 
-@extend_schema(methods=["GET"], exclude=True)
+@extend_schema(
+    methods=["GET"],
+    tags=["tasks"],
+    summary="Read the task whose id ends in /actions/cancel",
+    description="GET never cancels: this path names the task whose id is "
+    "`{task_id}/actions/cancel`, and reads it.",
+    parameters=[CANCEL_PATH_TASK_ID],
+    responses={200: TaskSerializer, **BAD_ID, **UNAUTHENTICATED, **HIDDEN},
+)
 @extend_schema(
     methods=["PATCH"],
     tags=["tasks"],
@@ -170,7 +210,7 @@ class TaskDetailView(WorkersAPIView):
 class TaskCancelView(WorkersAPIView):
     """Cancel a task the caller may see; 409 once it has ended."""
 
-    operation_id = "tasks_cancel"
+    operation_id = {"PATCH": "tasks_cancel", "GET": "tasks_cancel_path_retrieve"}
 
     def patch(self, request: Request, task_id: str) -> Response:
         return task_answer(cancel_task(task_id, self.authority()))
@@ -251,7 +291,7 @@ class WorkflowDetailView(WorkersAPIView):
     "ones never start, running ones are told to stop. Completed steps are undone as the "
     "workflow was submitted (its `undo_on_cancel`) unless `undo=false`; the state is then "
     "`compensating` until the undo steps have run.",
-    parameters=[WORKFLOW_ID, WorkflowCancelQuerySerializer],
+    parameters=[WORKFLOW_ID, UNDO],
     request=None,
     responses={
         200: WorkflowSerializer,

@@ -369,6 +369,7 @@ def test_the_schema_describes_this_apps_routes_only(schema):
     assert {(path, method) for path, item in schema["paths"].items() for method in item} == {
         ("/workers/tasks/", "get"),
         ("/workers/tasks/{task_id}/", "get"),
+        ("/workers/tasks/{task_id}/actions/cancel/", "get"),
         ("/workers/tasks/{task_id}/actions/cancel/", "patch"),
         ("/workers/workflows/", "get"),
         ("/workers/workflows/{workflow_id}/", "get"),
@@ -397,6 +398,7 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
     owner, anonymous = client_for(users["owner"]), client_for(None)
     stranger = client_for(users["stranger"])
     flow_id, ended_flow_id = _workflows(users["owner"])
+    odd_id = submit_task("x/actions/cancel", add, Owner.for_user(users["owner"]), args=(1, 2))
     flow = f"{WORKFLOWS}{quote(flow_id, safe='')}/"
     ended_flow = f"{WORKFLOWS}{quote(ended_flow_id, safe='')}/"
     list_path, detail_path = "/workers/tasks/", "/workers/tasks/{task_id}/"
@@ -412,6 +414,7 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
             (list_path, "get", anonymous.get(API)),
             (detail_path, "get", anonymous.get(url(task_id))),
             (cancel_path, "patch", anonymous.patch(url(task_id, "actions/cancel"))),
+            (cancel_path, "get", anonymous.get(f"{API}{odd_id}/")),
             (flows_path, "get", anonymous.get(WORKFLOWS)),
             (flow_path, "get", anonymous.get(flow)),
             (flow_cancel_path, "patch", anonymous.patch(f"{flow}actions/cancel")),
@@ -431,6 +434,10 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
         (cancel_path, "patch", anonymous.patch(url(task_id, "actions/cancel"))),
         (cancel_path, "patch", stranger.patch(url(task_id, "actions/cancel"))),
         (cancel_path, "patch", owner.patch(url(done_id, "actions/cancel"))),
+        (cancel_path, "get", owner.get(f"{API}{odd_id}/")),
+        (cancel_path, "get", owner.get(f"{API}1::a%00/actions/cancel/")),
+        (cancel_path, "get", anonymous.get(f"{API}{odd_id}/")),
+        (cancel_path, "get", stranger.get(f"{API}{odd_id}/")),
         (flows_path, "get", owner.get(WORKFLOWS)),
         (flows_path, "get", owner.get(WORKFLOWS, {"state": "RUNNING"})),
         (flows_path, "get", anonymous.get(WORKFLOWS)),
