@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from django_workers.api import MAX_LIMIT
@@ -77,13 +78,24 @@ class PageNumberField(serializers.IntegerField):
         return int(super().to_internal_value(data))
 
 
+@extend_schema_field(
+    {"type": "string", "maxLength": QUEUE_MAX_LENGTH, "pattern": r"^(?:[^\p{C}\p{Z}]| )*$"}
+)
+class QueueNameField(serializers.CharField):
+    """A queue to filter by: printable (``str.isprintable``), as every queue's name is."""
+
+    def to_internal_value(self, data: Any) -> str:
+        value = str(super().to_internal_value(data))
+        if not value.isprintable():
+            raise serializers.ValidationError("A queue name holds printable characters only.")
+        return value
+
+
 class TaskListQuerySerializer(serializers.Serializer):
     """The list's query parameters; an unknown status or an out-of-range page is refused."""
 
     status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
-    queue = serializers.CharField(
-        required=False, max_length=QUEUE_MAX_LENGTH, trim_whitespace=False
-    )
+    queue = QueueNameField(required=False, max_length=QUEUE_MAX_LENGTH, trim_whitespace=False)
     offset = PageNumberField(min_value=0, max_value=MAX_OFFSET, default=0)
     limit = PageNumberField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
 
