@@ -72,6 +72,10 @@ def log_since(worker: WorkerSubprocess, offset: int) -> str:
         return log.read().decode(errors="replace")
 
 
+#: The logger of the runtime's lines on the database going away and coming back.
+OUTAGE_LOGGER = "django_workers.runtime.outage"
+
+
 def outage_log_problems(worker: WorkerSubprocess, offset: int) -> list[str]:
     """What is wrong with a worker's log from the outage on: one WARNING, then one INFO."""
     text = log_since(worker, offset)
@@ -85,9 +89,14 @@ def outage_log_problems(worker: WorkerSubprocess, offset: int) -> list[str]:
         problems.append(f"{len(warnings)} WARNING lines instead of one")
     if errors:
         problems.append(f"{len(errors)} ERROR lines")
-    infos = [line for line in own[warnings[0] + 1 :] if line.level == "INFO"] if warnings else []
+    # The INFO that the database is back; other INFO lines (the listener reconnecting) may
+    # come in any order around it.
+    after = own[warnings[0] + 1 :] if warnings else []
+    infos = [line for line in after if line.level == "INFO" and line.logger == OUTAGE_LOGGER]
     if len(infos) != 1:
-        problems.append(f"{len(infos)} INFO lines after the WARNING instead of one")
+        problems.append(f"{len(infos)} INFO lines of {OUTAGE_LOGGER} after the WARNING, not one")
+    elif not infos[0].message.startswith("Database reachable again"):
+        problems.append(f"the INFO line says {infos[0].message!r}")
     if not problems:
         return []
     shown = "\n".join(f"    {line.level} {line.logger}: {line.message}" for line in own[:20])
