@@ -954,8 +954,9 @@ class WorkerRuntime:
         if not lost:
             return
         won = self.store.end_tasks([lifecycle.release_end(info, self.worker_id) for info in lost])
+        # The runtime healing itself after a connection was lost, which was logged then.
         self._report(
-            logger.warning,
+            logger.info,
             "Gave back %d tasks whose claim by this worker committed but whose answer was "
             "lost with the connection: %s",
             sum(won),

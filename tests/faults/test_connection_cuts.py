@@ -53,7 +53,9 @@ def submit_work(store: DatabaseWorkerStore, prefix: str, start: int, count: int)
             key=f"{prefix}-{i:05}",
             task=tasks.fault_work,
             args=[HOLD],
-            options=TaskOptions(retries=3),
+            # Enough retries, backing off, that the last ones come after the cuts stop
+            # (an attempt the cut hits fails; on a loaded machine one task may be hit often).
+            options=TaskOptions(retries=8, retry_backoff=0.5),
             scope="global",
         )
         for i in range(start, start + count)

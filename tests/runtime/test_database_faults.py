@@ -232,6 +232,7 @@ def test_a_node_that_ignores_its_workflows_cancel_still_ends_at_its_timeout(
 def test_records_a_claim_took_whose_answer_was_lost_go_back_and_run(
     tx_store: WorkerStore, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.INFO, logger="django_workers")
     original = tx_store.claim
     lost: list[str] = []
 
