@@ -50,6 +50,9 @@ class EndKind(StrEnum):
     WORKER_LOST = "worker_lost"
     #: A dead worker's run with retries left goes back to PENDING.
     REQUEUE = "requeue"
+    #: A failed attempt with retries left: back to PENDING until ``run_after``, its
+    #: failure kept, its first start kept (the timeout counts from it).
+    RETRY = "retry"
     #: A run claimed but never started goes back to PENDING; the attempt does not count.
     RELEASE = "release"
     #: A volatile store shutting down: pending work that nothing will run ends CANCELLED.
@@ -69,6 +72,7 @@ FROM_STATUSES: Final[Mapping[EndKind, frozenset[TaskStatus]]] = {
     EndKind.CANCEL: _LIVE,
     EndKind.WORKER_LOST: _RUNNING,
     EndKind.REQUEUE: _RUNNING,
+    EndKind.RETRY: _RUNNING,
     EndKind.RELEASE: _RUNNING,
     EndKind.ABANDON: frozenset({TaskStatus.PENDING}),
     # RUNNING only with the claiming worker named: its function has not started.
@@ -79,7 +83,10 @@ FROM_STATUSES: Final[Mapping[EndKind, frozenset[TaskStatus]]] = {
 HOLDS_SLOT: Final = frozenset({EndKind.TIMEOUT, EndKind.CANCEL})
 
 #: Kinds after which the record runs again (not an end a watcher waits for).
-REQUEUES: Final = frozenset({EndKind.REQUEUE, EndKind.RELEASE})
+REQUEUES: Final = frozenset({EndKind.REQUEUE, EndKind.RETRY, EndKind.RELEASE})
+
+#: Kinds written once the run's function returned: a lost fence frees the run's slot.
+RETURNED: Final = frozenset({EndKind.RUN, EndKind.RETRY})
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,6 +110,8 @@ class TaskEnd:
     errors: list[dict[str, str]] | None = None
     cancel_reason: CancelReason = CancelReason.NONE
     progress: float | None = None
+    #: A retry's next attempt: not before this time (the database's clock).
+    run_after: datetime | None = None
     #: The workflow whose node (or undo) the record is, which reacts to the end.
     workflow: str | None = None
     node: str | None = None
@@ -126,6 +135,15 @@ class TaskEnd:
 
 def fields_of(end: TaskEnd) -> dict[str, Any]:
     """The column values an end writes when it wins its fence."""
+    if end.kind is EndKind.RETRY:
+        return {
+            "status": TaskStatus.PENDING,
+            "worker_id": None,
+            "run_after": end.run_after,
+            "progress": 0.0,
+            "error": end.error,
+            "errors": end.errors,
+        }
     if end.kind in REQUEUES:
         fields: dict[str, Any] = {
             "status": TaskStatus.PENDING,
@@ -200,6 +218,29 @@ def timeout_end(
         error=failure.to_json(),
         errors=with_failure(errors, failure),
         cancel_reason=CancelReason.TIMEOUT,
+        workflow=info.workflow,
+        node=info.node,
+    )
+
+
+def retry_end(
+    info: TaskInfo,
+    worker_id: str,
+    failure: TaskFailure,
+    errors: Sequence[dict[str, str]],
+    run_after: datetime,
+) -> TaskEnd:
+    """A failed attempt with retries left: PENDING again, not before ``run_after``."""
+    return TaskEnd(
+        kind=EndKind.RETRY,
+        task_id=info.id,
+        run_id=info.run_id,
+        worker_id=worker_id,
+        queue=info.queue,
+        status=TaskStatus.PENDING,
+        error=failure.to_json(),
+        errors=with_failure(errors, failure),
+        run_after=run_after,
         workflow=info.workflow,
         node=info.node,
     )

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import DatabaseError, IntegrityError, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Count, DateTimeField, F, Q, Value
-from django.db.models.functions import Greatest
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from django_workers import clock, lifecycle, local_wake
@@ -528,8 +528,11 @@ class DatabaseWorkerStore(WorkerStore):
             self._records().filter(pk__in=ids, status=TaskStatus.PENDING).update(
                 status=TaskStatus.RUNNING,
                 worker_id=worker_id,
-                # Never before the record's creation (submitted after our clock read).
-                started_at=Greatest(Value(now, DateTimeField()), F("created_at")),
+                # Never before the record's creation (submitted after our clock read); a
+                # retry keeps its first start, which its timeout counts from.
+                started_at=Coalesce(
+                    F("started_at"), Greatest(Value(now, DateTimeField()), F("created_at"))
+                ),
                 attempts=F("attempts") + 1,
             )
             # The ids were PENDING under this transaction's locks, so RUNNING for us now
@@ -588,7 +591,9 @@ class DatabaseWorkerStore(WorkerStore):
             alone = self._one_statement_of_runs(ends)
         else:
             # A lone end that touches no slot is one conditional UPDATE: atomic by itself.
-            alone = len(ends) == 1 and not ends[0].holds_slot and ends[0].kind is not EndKind.RUN
+            alone = (
+                len(ends) == 1 and not ends[0].holds_slot and ends[0].kind not in lifecycle.RETURNED
+            )
         with nullcontext() if alone else self._atomic():
             won = self._write_ends(ends)
         self._release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
@@ -809,9 +814,9 @@ class DatabaseWorkerStore(WorkerStore):
 
     def _release_slots(self, lost: Sequence[TaskEnd]) -> None:
         """A run's own end that lost its fence: its function returned, so its slot frees."""
-        runs = [e.run_id for e in lost if e.kind is EndKind.RUN]
+        runs = [e.run_id for e in lost if e.kind in lifecycle.RETURNED]
         if runs:
-            workers = {e.worker_id for e in lost if e.kind is EndKind.RUN}
+            workers = {e.worker_id for e in lost if e.kind in lifecycle.RETURNED}
             self._slots().filter(run_id__in=runs, worker_id__in=workers).delete()
 
     def runs_claimed_by(self, worker_id: str) -> list[TaskInfo]:
@@ -1149,10 +1154,13 @@ class _Book:
 
     def request_stop(self, task_ids: Sequence[str], reason: CancelReason) -> None:
         self._promote_now()
-        running = self.store._records().filter(
-            pk__in=list(task_ids), status=TaskStatus.RUNNING, cancel_reason=CancelReason.NONE
+        # A node waiting for its retry (PENDING again) is refused when claimed.
+        live = self.store._records().filter(
+            pk__in=list(task_ids),
+            status__in=[TaskStatus.RUNNING, TaskStatus.PENDING],
+            cancel_reason=CancelReason.NONE,
         )
-        running.update(cancel_reason=reason)
+        live.update(cancel_reason=reason)
 
 
 #: The database server's clock, per vendor (UTC); SQLite has none but this process's.

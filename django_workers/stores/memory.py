@@ -18,7 +18,7 @@ from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
 from django_workers.exceptions import InvalidWorkflow
 from django_workers.info import LIVE_STATUSES, TaskInfo, TaskStatus
-from django_workers.lifecycle import EndKind, TaskEnd
+from django_workers.lifecycle import TaskEnd
 from django_workers.stores import rows
 from django_workers.stores.base import (
     ANY_RUN,
@@ -260,7 +260,7 @@ class InMemoryWorkerStore(WorkerStore):
                 row.update(
                     status=TaskStatus.RUNNING,
                     worker_id=worker_id,
-                    started_at=max(now, row["created_at"]),
+                    started_at=row["started_at"] or max(now, row["created_at"]),
                     attempts=row["attempts"] + 1,
                 )
                 claimed.append(self._info(row))
@@ -307,7 +307,7 @@ class InMemoryWorkerStore(WorkerStore):
             or row["run_id"] != end.run_id
             or (end.worker_id is not None and row["worker_id"] != end.worker_id)
         ):
-            if end.kind is EndKind.RUN:
+            if end.kind in lifecycle.RETURNED:
                 self._release_slot(end)
             return False
         if end.holds_slot and row["status"] == TaskStatus.RUNNING:
@@ -508,7 +508,8 @@ class _Book:
     def request_stop(self, task_ids: Sequence[str], reason: CancelReason) -> None:
         for task_id in task_ids:
             row = self.store._rows.get(task_id)
-            if row is None or row["status"] != TaskStatus.RUNNING:
+            # A node waiting for its retry (PENDING again) is refused when claimed.
+            if row is None or row["status"] not in (TaskStatus.RUNNING, TaskStatus.PENDING):
                 continue
             if row["cancel_reason"] == CancelReason.NONE:
                 row["cancel_reason"] = reason

@@ -391,7 +391,7 @@ def claim_sqlite(
     ready, ready_params = _ready(connection, queues, now)
     update = f"""
         UPDATE {table}
-        SET status = %s, worker_id = %s, started_at = MAX(%s, created_at),
+        SET status = %s, worker_id = %s, started_at = COALESCE(started_at, MAX(%s, created_at)),
             attempts = attempts + 1
         WHERE id IN (
             SELECT id FROM {table} WHERE {ready} ORDER BY {_CLAIM_ORDER_SQL} LIMIT %s
@@ -482,9 +482,9 @@ def _limited_claim_sql(
         )
         UPDATE {table} AS t
         SET status = %s, worker_id = %s,
-            started_at = GREATEST(
+            started_at = COALESCE(t.started_at, GREATEST(
                 %s::timestamptz + (clock_timestamp() - statement_timestamp()), t.created_at
-            ),
+            )),
             attempts = t.attempts + 1
         FROM (
             SELECT c.id, c.queue,
@@ -566,7 +566,8 @@ def _claim_sql(
     table = TaskRecord._meta.db_table
     sql = f"""
         UPDATE {table} AS t
-        SET status = %s, worker_id = %s, started_at = GREATEST(%s, t.created_at),
+        SET status = %s, worker_id = %s,
+            started_at = COALESCE(t.started_at, GREATEST(%s, t.created_at)),
             attempts = t.attempts + 1
         FROM (
             SELECT id FROM {table}

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
 from django_workers import System, TaskStatus, cancel_task, clock, lifecycle, submit_task
 from django_workers.cancellation import CancelReason
-from django_workers.info import TaskInfo
+from django_workers.info import TaskFailure, TaskInfo
 from django_workers.lifecycle import EndKind
 from django_workers.options import TaskOptions
 from django_workers.stores import WorkerStore
@@ -41,6 +41,10 @@ def submit(store: WorkerStore, key: str, queue: str = "default", retries: int = 
 
 def claim(store: WorkerStore, worker: str = "w1", queue: str | None = None) -> list[TaskInfo]:
     return store.claim(worker, [queue] if queue else None, 10, clock.now(), LIMITS)
+
+
+def claim_at(store: WorkerStore, now: datetime, worker: str = "w1") -> list[TaskInfo]:
+    return store.claim(worker, None, 10, now, LIMITS)
 
 
 def info(store: WorkerStore, task_id: str) -> TaskInfo:
@@ -186,6 +190,37 @@ def test_the_sweep_fails_a_dead_workers_last_attempt_and_frees_its_slots(
 
 
 # -- stops ---------------------------------------------------------------------------------------
+
+
+@case(EndKind.RETRY)
+def test_a_retry_goes_back_pending_until_its_time_keeping_its_failure_and_first_start(
+    store: WorkerStore,
+) -> None:
+    task_id = submit(store, "t", retries=2)
+    [running] = claim(store)
+    failure = TaskFailure("builtins.ValueError", "first", "tb")
+    later = clock.now() + timedelta(seconds=60)
+    stranger = lifecycle.retry_end(running, "w2", failure, [], later)
+    assert store.end_tasks([stranger]) == [False]
+    assert store.end_tasks([lifecycle.retry_end(running, "w1", failure, [], later)]) == [True]
+    back = info(store, task_id)
+    assert (back.status, back.attempts, back.worker_id, back.run_id) == (
+        "PENDING",
+        1,
+        None,
+        running.run_id,
+    )
+    assert (back.run_after, back.started_at, back.finished_at) == (later, running.started_at, None)
+    assert back.error == failure
+    assert back.errors == (failure,)
+    assert claim(store, worker="w2") == []  # not before its time
+    [again] = claim_at(store, later, worker="w2")
+    # The second attempt is counted and keeps the first start, which its timeout counts from.
+    assert (again.attempts, again.started_at, again.run_id) == (
+        2,
+        running.started_at,
+        running.run_id,
+    )
 
 
 @case(EndKind.RELEASE)
