@@ -45,10 +45,12 @@ _MESSAGES = {
 class CancelToken:
     """A process-local flag with a reason, polled by the task; never reset."""
 
-    __slots__ = ("_event", "_lock", "_reason")
+    __slots__ = ("_event", "_lock", "_observed", "_reason")
 
     def __init__(self) -> None:
         self._reason = CancelReason.NONE
+        # Whether the task read the token after it was set: it then stopped because of it.
+        self._observed = False
         self._lock = threading.Lock()
         # Made by the first wait: most runs never wait on their token, and an Event
         # (a Condition inside) costs a run's start more than the rest of the token.
@@ -61,6 +63,18 @@ class CancelToken:
     @property
     def requested(self) -> bool:
         return self._reason is not CancelReason.NONE
+
+    @property
+    def observed(self) -> bool:
+        """True once the task read the token after it was set (``seen``)."""
+        return self._observed
+
+    def seen(self) -> CancelReason:
+        """The reason, as the task reads it: a set token read by the task is observed."""
+        reason = self._reason
+        if reason is not CancelReason.NONE:
+            self._observed = True
+        return reason
 
     def wait(self, timeout: float | None) -> bool:
         """Block until the token is set or ``timeout`` passes; True if set."""

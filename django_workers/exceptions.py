@@ -8,9 +8,12 @@ exception whose meaning matches, so generic handlers keep working.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import timedelta
 
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
 from django.db import OperationalError
+
+from django_workers.bounds import SECONDS_MAX
 
 
 class WorkersError(Exception):
@@ -126,6 +129,33 @@ class TaskCancelled(WorkersError):
     def __init__(self, message: str = "Cancelled", reason: str = "user") -> None:
         self.reason = reason
         super().__init__(message)
+
+
+class Retry(WorkersError):
+    """Raised inside a task: end this attempt, and try again in ``after`` seconds.
+
+    The attempt counts against the task's ``retries``; with none left, the task
+    ends FAILED with the error this one was raised from (``raise Retry(...) from
+    e``), or with this one. ``after`` (seconds or a ``timedelta``; None takes the
+    task's backoff) is at most ten years.
+    """
+
+    code = "retry"
+
+    def __init__(self, message: str = "", *, after: float | timedelta | None = None) -> None:
+        if isinstance(after, timedelta):
+            after = after.total_seconds()
+        if after is not None and (
+            isinstance(after, bool)
+            or not isinstance(after, int | float)
+            or not 0 <= after <= SECONDS_MAX
+        ):
+            raise ValueError(
+                f"Retry(after=...) takes seconds from 0 to {SECONDS_MAX} (ten years) or a "
+                f"timedelta, got {after!r}."
+            )
+        self.after = None if after is None else float(after)
+        super().__init__(message or "The task asked to be tried again")
 
 
 class ResultTooLarge(WorkersError, ValueError):

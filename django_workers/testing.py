@@ -19,8 +19,9 @@ import contextvars
 import os
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from django_workers import clock
@@ -68,31 +69,44 @@ def run_tasks(
 ) -> list[TaskInfo]:
     """Run every ready task, one at a time in this thread, until none is ready; return their ends.
 
-    Tasks submitted by the tasks run too. ``backoff=False`` skips the waits
-    between retries (the attempts are still counted and recorded). More than
-    ``max_runs`` runs raise ``TasksKeepComing``.
+    Tasks submitted by the tasks run too, and the retries of tasks that failed:
+    each task is listed once, in the order it first ran, as it ended.
+    ``backoff=False`` runs a retry at once instead of after its backoff (the
+    attempts are still counted and recorded); ``backoff=True`` waits for it in
+    this thread. More than ``max_runs`` tasks raise ``TasksKeepComing``.
     """
     if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
         raise ValueError(f"max_runs must be an int of at least 1, got {max_runs!r}.")
     store = store or default_store()
     worker_id = f"testing:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    ended: list[TaskInfo] = []
-    while claimed := store.claim(worker_id, queues, 1, clock.now()):
-        if len(ended) == max_runs:
+    ended: dict[str, TaskInfo] = {}
+    while True:
+        claimed = store.claim(worker_id, queues, 1, clock.now())
+        if not claimed:
+            due = _next_retry(ended.values()) if backoff else None
+            if due is None:
+                return list(ended.values())
+            threading.Event().wait(max((due - clock.now()).total_seconds(), 0.0))
+            continue
+        info = claimed[0]
+        if info.id not in ended and len(ended) == max_runs:
             raise TasksKeepComing(
-                f"run_tasks ran {max_runs} tasks and {claimed[0].task_path} is ready to run "
+                f"run_tasks ran {max_runs} tasks and {info.task_path} is ready to run "
                 "again: a task keeps submitting tasks. Pass a larger max_runs if that many "
                 "are expected."
             )
-        ended.append(_run_one(store, claimed[0], worker_id, backoff))
-    return ended
+        ended[info.id] = _run_one(store, info, worker_id, backoff)
+
+
+def _next_retry(infos: Iterable[TaskInfo]) -> datetime | None:
+    """When the earliest of these tasks waiting for a retry is due; None if none waits."""
+    due = [i.run_after for i in infos if i.status == TaskStatus.PENDING and i.run_after]
+    return min(due, default=None)
 
 
 def _run_one(store: WorkerStore, info: TaskInfo, worker_id: str, backoff: bool) -> TaskInfo:
     """Run one claimed task as a runtime's run thread and finisher would, then read it back."""
     handle = RunHandle(info, store, worker_id)
-    if not backoff:
-        handle.token = _NoWaitToken()
     handle.try_start()
     if not handle.pre_run_check():
         refused = store.get_task_info(info.id)
@@ -112,6 +126,8 @@ def _run_one(store: WorkerStore, info: TaskInfo, worker_id: str, backoff: bool) 
     if handle.token.reason is CancelReason.TIMEOUT:
         # A runtime's watchdog writes the timeout while the function still runs.
         items.append((handle.timed_out_end(), handle, False))
+    if end.run_after is not None and not backoff:
+        end = replace(end, run_after=clock.now())  # a retry, ready at once
     items.append((end, handle, True))
     won = [_end(store, item_end) for item_end, _h, _r in items]
     report_ends(items, won)
@@ -126,22 +142,13 @@ def _end(store: WorkerStore, end: TaskEnd) -> bool:
 
 def _deadline(handle: RunHandle) -> threading.Timer | None:
     """Set the token at the task's timeout, as the watchdog does (the timer touches no database)."""
-    timeout = handle.info.options.timeout
+    timeout = handle.seconds_left()
     if timeout is None:
         return None
     timer = threading.Timer(timeout, handle.request_cancel, (CancelReason.TIMEOUT,))
     timer.daemon = True
     timer.start()
     return timer
-
-
-class _NoWaitToken(CancelToken):
-    """A token whose waits return at once: retries without their backoff."""
-
-    __slots__ = ()
-
-    def wait(self, timeout: float | None) -> bool:
-        return super().wait(0)
 
 
 @contextlib.contextmanager

@@ -586,3 +586,50 @@ def fault_fail(hold: float = 0.0) -> None:
     threading.Event().wait(hold)
     _ledger_finish(row)
     raise ValueError("this step fails on purpose")
+
+
+def retry_once_after(seconds: float) -> int:
+    """Ask for a retry ``seconds`` later on attempt 1 (``Retry(after=...)``); return the attempt."""
+    from django_workers import Retry, current_run
+
+    attempt = current_run().attempts
+    if attempt == 1:
+        raise Retry("the service said: try again later", after=seconds)
+    return attempt
+
+
+def retry_from_lookup_error() -> None:
+    """Ask for a retry because of a LookupError, every time: with none left, it fails with it."""
+    from django_workers import Retry
+
+    try:
+        raise LookupError("the row is not there yet")
+    except LookupError as e:
+        raise Retry(after=0.05) from e
+
+
+def undo_that_hangs_first(limit: float = 30.0) -> str:
+    """An undo step that records its execution, hangs on attempt 1, and completes after."""
+    from django_workers import current_run
+
+    record_start()
+    attempt = current_run().attempts
+    if attempt == 1:
+        threading.Event().wait(limit)
+    return f"undone on attempt {attempt}"
+
+
+def return_early_when_asked(name: str, limit: float = 30.0) -> str:
+    """Count the call, then return (not raise) as soon as ``cancel_requested`` says so."""
+    import time
+
+    from django_workers import cancel_requested, current_run
+
+    with _lock:
+        calls[name] += 1
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if cancel_requested(current_run()):
+            return "stopped early"
+        time.sleep(0.01)
+    return "ran to its end"

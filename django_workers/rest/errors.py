@@ -44,6 +44,7 @@ HTTP_STATUS: dict[type[workers.WorkersError], int] = {
     workers.RemoteTaskError: status.HTTP_500_INTERNAL_SERVER_ERROR,
     workers.RuntimeInTransaction: status.HTTP_500_INTERNAL_SERVER_ERROR,
     workers.TasksKeepComing: status.HTTP_500_INTERNAL_SERVER_ERROR,
+    workers.Retry: status.HTTP_500_INTERNAL_SERVER_ERROR,
     workers.WorkersError: status.HTTP_500_INTERNAL_SERVER_ERROR,
 }
 

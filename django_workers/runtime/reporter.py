@@ -168,7 +168,26 @@ def _log_end(handle: RunHandle, end: TaskEnd, won: bool, returned: bool) -> None
 
 
 def _log_won(handle: RunHandle, end: TaskEnd, took: float) -> None:
-    if _timed_out(end):
+    if end.kind is EndKind.RETRY:
+        error = end.error or {}
+        wait = (end.run_after - clock.now()).total_seconds() if end.run_after else 0.0
+        task_logger.info(
+            "Task %s attempt %d of %d failed after %.3f s (%s: %s); retrying in %.2f s",
+            handle.task_id,
+            handle.info.attempts,
+            handle.info.options.retries + 1,
+            took,
+            error.get("type", ""),
+            error.get("message", ""),
+            max(wait, 0.0),
+        )
+    elif end.kind is EndKind.RELEASE:
+        task_logger.info(
+            "Task %s given back to its queue after %.3f s: it stopped for the shutdown",
+            handle.task_id,
+            took,
+        )
+    elif _timed_out(end):
         task_logger.info(
             "Task %s timed out after %g s; ended FAILED",
             handle.task_id,

@@ -1,11 +1,13 @@
 """One run of one task in this process: its token, its progress, and how it ends.
 
 ``RunHandle`` is the live object behind ``current_run()``. ``execute`` calls
-the task, retries it with capped exponential backoff while the token allows,
-and returns the run's own end as a ``TaskEnd``; it never raises, so a
-misbehaving task cannot take its worker thread down. Each attempt starts as
-a request does in Django: a connection of this thread that is broken or past
-its ``CONN_MAX_AGE`` is closed first (``fresh_connections``).
+the task once and returns the attempt's end as a ``TaskEnd``; it never raises,
+so a misbehaving task cannot take its worker thread down. A failed attempt
+with retries left ends as a retry: its record goes back to PENDING until the
+backoff has passed, and any worker takes the next attempt; this thread does
+not wait. An attempt starts as a request does in Django: a connection of this
+thread that is broken or past its ``CONN_MAX_AGE`` is closed first
+(``fresh_connections``).
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, connections
+from django.db import connections
 
 from django_workers import clock, lifecycle
 from django_workers.bounds import (
@@ -30,7 +33,13 @@ from django_workers.bounds import (
 )
 from django_workers.cancellation import CancelReason, CancelToken
 from django_workers.conf import workers_settings
-from django_workers.exceptions import ArgumentsNotSerializable, ResultTooLarge, TaskCancelled
+from django_workers.exceptions import (
+    ArgumentsNotSerializable,
+    ResultTooLarge,
+    Retry,
+    TaskCancelled,
+    TaskTimeoutError,
+)
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.lifecycle import TaskEnd
 from django_workers.live import bind_current, unbind_current
@@ -39,6 +48,7 @@ from django_workers.references import to_sized_json
 from django_workers.runtime import invoke as invoking
 from django_workers.stores.base import WorkerStore
 from django_workers.workflows.context import WorkflowContext
+from django_workers.workflows.records import UNDO_SUFFIX
 
 #: The per-task lines (started, retried, ended), so that a site can silence them alone.
 task_logger = logging.getLogger("django_workers.runtime.tasks")
@@ -67,6 +77,17 @@ class RunHandle:
         self._state = QUEUED
         self._state_lock = threading.Lock()
         self._workflow = WorkflowContext(info, store) if info.workflow else None
+        #: When the task's timeout runs out (the database's clock): it counts from the
+        #: task's first start and bounds all its attempts; None without a timeout.
+        self.deadline: datetime | None = None
+        if info.options.timeout is not None and info.started_at is not None:
+            self.deadline = info.started_at + timedelta(seconds=info.options.timeout)
+
+    def seconds_left(self) -> float | None:
+        """Seconds until the deadline (0 if it passed); None without a timeout."""
+        if self.deadline is None:
+            return None
+        return max((self.deadline - clock.now()).total_seconds(), 0.0)
 
     def _move(self, to: str) -> bool:
         with self._state_lock:
@@ -157,31 +178,63 @@ class RunHandle:
     def release_end(self) -> TaskEnd:
         return lifecycle.release_end(self.info, self.worker_id)
 
+    def retry_end(self, failure: TaskFailure, delay: float) -> TaskEnd:
+        """This attempt failed: PENDING again in ``delay`` seconds, or FAILED past the deadline."""
+        run_after = clock.now() + timedelta(seconds=delay)
+        if self.deadline is not None and run_after >= self.deadline:
+            # The next attempt could not start before the timeout: end it now instead.
+            self._errors = lifecycle.with_failure(self._errors, failure)
+            return self.cancelled_end(CancelReason.TIMEOUT)
+        return lifecycle.retry_end(self.info, self.worker_id, failure, self._errors, run_after)
+
 
 def execute(handle: RunHandle) -> TaskEnd:
-    """Run the task to its end (retries included) and return the run's own end."""
+    """Run one attempt of the task and return how it ended: its end, or a retry."""
+    if handle.seconds_left() == 0.0:
+        # Claimed after its deadline (a retry's, or one given back): it does not start.
+        return handle.cancelled_end(CancelReason.TIMEOUT)
     bound = bind_current(handle)
     try:
-        while True:
-            fresh_connections()
-            try:
-                value = invoking.invoke(handle.info, handle.snapshot)
-            except TaskCancelled as e:
-                reason = handle.token.reason if handle.token.requested else CancelReason(e.reason)
-                return handle.cancelled_end(reason)
-            except BaseException as e:  # a task may raise anything, SystemExit included
-                failure = failure_of(e)
-                if handle.token.requested or not _retries_left(handle):
-                    return handle.failed_end(failure)
-                if not _wait_to_retry(handle, failure):
-                    return _end_after_wait(handle)
-                continue
-            try:
-                return _completed(handle, value)
-            except Exception as e:  # a wrong setting or a bug: FAILED with the cause, not RUNNING
-                return handle.failed_end(failure_of(e))
+        fresh_connections()
+        try:
+            value = invoking.invoke(handle.info, handle.snapshot)
+        except TaskCancelled as e:
+            reason = handle.token.reason if handle.token.requested else CancelReason(e.reason)
+            if reason is CancelReason.SHUTDOWN:
+                return handle.release_end()  # stopped by the drain: the next worker runs it
+            return handle.cancelled_end(reason)
+        except BaseException as e:  # a task may raise anything, SystemExit included
+            return _failed(handle, e)
+        if handle.token.reason is CancelReason.SHUTDOWN and handle.token.observed:
+            # It saw the drain's request and returned early: its work is not done.
+            return handle.release_end()
+        try:
+            return _completed(handle, value)
+        except Exception as e:  # a wrong setting or a bug: FAILED with the cause, not RUNNING
+            return handle.failed_end(failure_of(e))
     finally:
         unbind_current(bound)
+
+
+def _failed(handle: RunHandle, error: BaseException) -> TaskEnd:
+    """The end of an attempt that raised: a retry if the task may have another, else FAILED."""
+    if not _may_retry(handle, error):
+        # With no retry left, a Retry fails the task with the error it was raised from.
+        if isinstance(error, Retry) and error.__cause__ is not None:
+            error = error.__cause__
+        return handle.failed_end(failure_of(error))
+    asked = error.after if isinstance(error, Retry) else None
+    delay = backoff(handle.info.options, handle._attempts) if asked is None else asked
+    return handle.retry_end(failure_of(error), delay)
+
+
+def _may_retry(handle: RunHandle, error: BaseException) -> bool:
+    reason = handle.token.reason
+    if reason is not CancelReason.NONE and reason is not CancelReason.SHUTDOWN:
+        return False  # cancelled, timed out or superseded: no attempt after this one
+    if isinstance(error, TaskTimeoutError | TaskCancelled):
+        return False
+    return handle._attempts <= handle.info.options.retries
 
 
 def _completed(handle: RunHandle, value: Any) -> TaskEnd:
@@ -190,6 +243,9 @@ def _completed(handle: RunHandle, value: Any) -> TaskEnd:
     except ArgumentsNotSerializable as e:
         return handle.failed_end(failure_of(e))
     limit = workers_settings.RESULT_MAX_BYTES
+    if size > limit and _is_undo(handle.info):
+        # Nothing reads an undo's value, and its work is done: it is not kept, not failed.
+        return handle.end(TaskStatus.COMPLETED, result=None, progress=100.0)
     if size > limit:
         error = ResultTooLarge(
             f"The result is {size} bytes of JSON; at most {limit} are stored "
@@ -200,64 +256,8 @@ def _completed(handle: RunHandle, value: Any) -> TaskEnd:
     return handle.end(TaskStatus.COMPLETED, result=result, progress=100.0)
 
 
-def _retries_left(handle: RunHandle) -> bool:
-    return handle._attempts <= handle.info.options.retries
-
-
-def _wait_to_retry(handle: RunHandle, failure: TaskFailure) -> bool:
-    """Back off, then count the next attempt; False if the token or the fence stops us."""
-    delay = backoff(handle.info.options, handle._attempts)
-    task_logger.info(
-        "Task %s attempt %d failed (%s); retrying in %.2f s",
-        handle.task_id,
-        handle._attempts,
-        failure.type,
-        delay,
-    )
-    if handle.token.wait(delay):
-        return False
-    attempts = handle._attempts + 1
-    errors = lifecycle.with_failure(handle._errors, failure)
-    if not _record_attempt(handle, attempts=attempts, error=failure.to_json(), errors=errors):
-        return False
-    handle._attempts = attempts
-    handle._errors = errors
-    return True
-
-
-def _record_attempt(handle: RunHandle, **fields: Any) -> bool:
-    """Store the count and failure of the attempt that ended; wait while the database is away.
-
-    Never on the connection the failed attempt may have broken: a broken one is closed
-    first. False if the token or the fence stops the run.
-    """
-    wait = 0.1
-    while True:
-        fresh_connections()
-        try:
-            return handle.write_while_running(**fields)
-        except DatabaseError as e:
-            # The runtime's other threads meet the outage too, and log it once.
-            task_logger.debug(
-                "Task %s: could not record its failed attempt (%s); trying again in %.1f s",
-                handle.task_id,
-                e,
-                wait,
-            )
-            handle.store.reset_connection()
-            if handle.token.wait(wait):
-                return False
-            wait = min(wait * 2, 10.0)
-
-
-def _end_after_wait(handle: RunHandle) -> TaskEnd:
-    """A backoff cut short: by the token (the run ends CANCELLED) or by a lost fence.
-
-    A lost fence means the record moved on; the end written for it loses its fence
-    too, and so frees the slot the run may hold.
-    """
-    reason = handle.token.reason if handle.token.requested else CancelReason.SUPERSEDED
-    return handle.cancelled_end(reason)
+def _is_undo(info: TaskInfo) -> bool:
+    return info.node is not None and info.node.endswith(UNDO_SUFFIX)
 
 
 def fresh_connections() -> None:

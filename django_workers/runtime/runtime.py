@@ -90,8 +90,9 @@ FINISH_BATCH = 200
 #: claimed together end together, and one write (and one refill claim) serves them all.
 FINISH_GAP = 0.0005
 FINISH_LINGER = 0.002
-#: How many of the latest dispatched run ids a runtime remembers: a RUNNING record of
-#: this worker whose run it never dispatched is a claim whose answer was lost.
+#: How many of the latest dispatched attempts (run id, attempt) a runtime remembers: a
+#: RUNNING record of this worker in an attempt it never dispatched is a claim whose
+#: answer was lost.
 DISPATCHED_KEPT = 4096
 #: Exit codes of ``run()``: stopped cleanly; runs outlived the drain; a part of the
 #: runtime was stuck; another worker took the lease while runs were executing here.
@@ -168,7 +169,9 @@ class WorkerRuntime:
         self._claims_in_flight = 0
         self._claim_generation = 0
         self._claims_unsure = False
-        self._dispatched: collections.deque[str] = collections.deque(maxlen=DISPATCHED_KEPT)
+        self._dispatched: collections.deque[tuple[str, int]] = collections.deque(
+            maxlen=DISPATCHED_KEPT
+        )
         self._watchdog = Watchdog(self._expire)
         # Every runtime runs the scheduler pass: no leader, no separate beat process.
         self.scheduler = Scheduler(self.store, self._report)
@@ -488,7 +491,7 @@ class WorkerRuntime:
                     self._busy -= 1  # the refill's slot is free after all
             else:
                 self._active[handle.run_id] = handle
-                self._dispatched.append(handle.run_id)
+                self._dispatched.append((handle.run_id, info.attempts))
                 if not slot_held:
                     self._busy += 1
         if again:
@@ -502,8 +505,8 @@ class WorkerRuntime:
             self._wake.set()
             return
         live_runs.add(handle)
-        if info.options.timeout is not None:
-            self._watchdog.watch(handle, info.options.timeout)
+        if (left := handle.seconds_left()) is not None:
+            self._watchdog.watch(handle, left)
         self._jobs.put(handle)
 
     def _after_db_error(self, what: str, error: Exception, errors: int) -> None:
@@ -949,8 +952,10 @@ class WorkerRuntime:
             if self._claims_in_flight or self._claim_generation != generation:
                 return
             self._claims_unsure = False
-            known = set(self._active) | set(self._dispatched)
-        lost = [info for info in held if info.run_id not in known]
+            known = {(h.run_id, h.info.attempts) for h in self._active.values()}
+            known.update(self._dispatched)
+        # A retry keeps its run id: a later attempt of a run dispatched here is another claim.
+        lost = [info for info in held if (info.run_id, info.attempts) not in known]
         if not lost:
             return
         won = self.store.end_tasks([lifecycle.release_end(info, self.worker_id) for info in lost])

@@ -7,8 +7,8 @@ checks that
 
 - every task record has ended, and every task the test submitted exists;
 - no two executions of one task overlapped in time;
-- a task ran again only as the runtime allows: a retry (the same run, the
-  same worker process, a later attempt), a recovery of a run whose worker
+- a task ran again only as the runtime allows: a retry (the same run, a later
+  attempt, on any worker: a retry is a record), a recovery of a run whose worker
   process the test killed, or, after a crash of the server, the documented
   second execution of a run whose claim the crash lost (docs/runtime.md,
   "If PostgreSQL crashes"), which has the same run id and attempt;
@@ -24,7 +24,7 @@ the figures of the run.
 When an execution's ledger row has no end (the function raised before it
 could write it, or returned without touching the database), its end is
 bounded by what is known: the kill of its process, the start of the next
-attempt of the same run in the same process, or the end stored in the
+attempt of the same run (which its end made due), or the end stored in the
 record by its own run.
 """
 
@@ -60,7 +60,7 @@ class Figures:
     workflows: int = 0
     statuses: dict[str, int] = field(default_factory=dict)
     executions: int = 0
-    #: Attempts run again in the same run by the same process (the previous one raised).
+    #: Later attempts of the same run, on any worker (the attempt before raised).
     retries: int = 0
     #: Runs executed again after the test killed the process that executed them.
     reexecutions: int = 0
@@ -228,10 +228,10 @@ def _check_executions(
         if run.end is None:
             problems.add("execution with no known end", f"{task_id} ({run.label()})")
     for previous, run in itertools.pairwise(runs):
-        if _is_retry(previous, run):
-            figures.retries += 1
-        elif previous.pid in killed:
+        if previous.pid in killed:
             figures.reexecutions += 1
+        elif _is_retry(previous, run):
+            figures.retries += 1
         elif server_crashed and (previous.run_id, previous.attempt) == (run.run_id, run.attempt):
             figures.lost_claims += 1
         else:
@@ -253,10 +253,8 @@ def _check_executions(
 
 
 def _is_retry(previous: _Run, run: _Run) -> bool:
-    """The same run's next attempt in the same process: its previous attempt raised."""
-    return (
-        previous.pid == run.pid and previous.run_id == run.run_id and run.attempt > previous.attempt
-    )
+    """The same run's next attempt, on any worker: its previous attempt raised."""
+    return previous.run_id == run.run_id and run.attempt > previous.attempt
 
 
 def _end_of(
@@ -271,7 +269,8 @@ def _end_of(
     if run.pid in killed:
         return killed[run.pid]
     if following is not None and _is_retry(run, following):
-        return following.started_at  # the attempts of a run follow each other on one thread
+        # A retry is claimed once the end of the attempt before it was written.
+        return following.started_at
     if (
         record is not None
         and record["status"] in TERMINAL_STATUSES

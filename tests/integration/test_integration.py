@@ -38,6 +38,7 @@ from tests.models import Execution
 pytestmark = pytest.mark.integration
 
 COMPLETED, FAILED, CANCELLED = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED
+PENDING = TaskStatus.PENDING
 RUNNING = TaskStatus.RUNNING
 LEASE = CHILD_SETTINGS["LEASE_TIMEOUT"]
 WORKER_LOST = "django_workers.exceptions.WorkerLost"
@@ -135,19 +136,22 @@ def wait_started(task_id: str) -> None:
     wait_until(lambda: Execution.objects.filter(task_id=task_id).exists(), timeout=20.0)
 
 
-def test_sigterm_drains_a_cooperating_run(
+def test_sigterm_gives_a_cooperating_run_back_and_the_next_worker_runs_it(
     store: DatabaseWorkerStore, worker_processes: WorkerProcesses
 ) -> None:
     worker = worker_processes.start("--drain-timeout", "20")
-    task_id = submit("wait", tasks.started_then_wait_for_cancel)
+    task_id = submit("wait", tasks.started_then_wait_for_cancel, args=[3])
     wait_started(task_id)
     worker.send(signal.SIGTERM)
     assert worker.wait(20.0) == 0, worker.log()
     info = store.get_task_info(task_id)
     assert info is not None
-    assert (info.status, info.cancel_reason) == (CANCELLED, CancelReason.SHUTDOWN)
-    assert error_of(info)[1] == "Cancelled by worker shutdown"
+    # Stopped by the drain: back in its queue, its attempt not counted.
+    assert (info.status, info.attempts, info.cancel_reason) == (PENDING, 0, CancelReason.NONE)
     assert not Lease.objects.filter(pid=worker.pid).exists()
+    worker_processes.start()
+    done = wait_for_status(store, task_id, COMPLETED, timeout=20.0)
+    assert (done.result, done.attempts) == ("not cancelled", 1)
 
 
 def test_sigterm_leaves_a_run_past_the_drain_timeout_to_the_next_sweep(

@@ -407,7 +407,7 @@ def test_a_tokens_wait_sees_a_request_made_before_or_during_it() -> None:
 # -- shutdown -------------------------------------------------------------------------------
 
 
-def test_shutdown_cancels_a_cooperating_run(
+def test_shutdown_gives_a_cooperating_run_back_to_its_queue(
     tx_store: WorkerStore, runtimes: Start, name: str
 ) -> None:
     served = runtimes(tx_store, drain_timeout=10.0)
@@ -415,8 +415,13 @@ def test_shutdown_cancels_a_cooperating_run(
     wait_until(lambda: tasks.calls[name] == 1)  # started, not only claimed
     assert served.stop() == EXIT_OK
     info = info_of(tx_store, task_id)
-    assert (info.status, info.cancel_reason) == (CANCELLED, CancelReason.SHUTDOWN)
-    assert error_of(info)[1] == "Cancelled by worker shutdown"
+    if tx_store.durable:
+        # Its attempt does not count: the next worker runs it as if it never started.
+        assert (info.status, info.attempts, info.worker_id, info.error) == (PENDING, 0, None, None)
+    else:
+        # Nothing is left to run what an in-memory store holds.
+        assert (info.status, info.cancel_reason) == (CANCELLED, CancelReason.SHUTDOWN)
+        assert error_of(info)[1] == "Cancelled by worker shutdown"
     assert served.runtime.worker_id not in {w.id for w in tx_store.list_workers()}
 
 
@@ -972,20 +977,21 @@ def _lose_claim(store: WorkerStore, served: RuntimeThread, task_id: str) -> Task
     return again
 
 
-def test_a_run_that_lost_its_claim_never_starts_another_attempt(
+def test_a_failure_of_a_run_that_lost_its_claim_never_puts_the_task_back_for_a_retry(
     tx_store: WorkerStore, runtimes: Start, name: str
 ) -> None:
-    # The stop poll would set the token soon enough; here it has not come round yet.
-    tx_store.runs_to_stop = lambda worker_id, runs: {}  # type: ignore[method-assign]
     served = runtimes(tx_store, concurrency=1)
     options = TaskOptions(retries=5, retry_backoff=0.2, retry_jitter=False)
-    task_id = submit(tx_store, "retrying", tasks.fail_counting, args=[name], options=options)
+    task_id = submit(tx_store, "retrying", tasks.held, args=[name, "raise"], options=options)
     wait_until(lambda: tasks.calls[name] == 1)
     again = _lose_claim(tx_store, served, task_id)
-    wait_until(idle(served), timeout=5.0)  # the retry write lost its fence: the run gave up
+    tasks.gate(name).set()  # it fails now: its retry's write loses the run-id fence
+    wait_until(idle(served), timeout=5.0)
     assert tasks.calls[name] == 1
     info = info_of(tx_store, task_id)
     assert (info.status, info.worker_id, info.attempts) == (RUNNING, "successor", again.attempts)
+    # The sweep's "worker lost", and nothing of the failure that came after it.
+    assert [e.type for e in info.errors] == ["django_workers.exceptions.WorkerLost"]
 
 
 def test_progress_of_a_run_that_lost_its_claim_never_reaches_the_new_claim(

@@ -148,7 +148,9 @@ def test_a_retry_and_the_end_are_per_task_lines(
     wait_for_status(store, task_id, TaskStatus.COMPLETED)
     served.stop()
     [retried, ended] = task_lines(caplog, task_id, logging.INFO)
-    assert retried.startswith(f"Task {task_id} attempt 1 failed (builtins.RuntimeError); retrying")
+    assert retried.startswith(f"Task {task_id} attempt 1 of 2 failed after ")
+    assert "(builtins.RuntimeError: " in retried
+    assert "; retrying in " in retried
     assert ended.startswith(f"Task {task_id} completed in ")
 
 
