@@ -213,6 +213,8 @@ class _Call:
     args: Any
     kwargs: Any
     queue: Any
+    #: An undo's own options (a node's are the node's); None: the defaults.
+    options: Any = None
 
 
 class WorkflowNode:
@@ -268,14 +270,19 @@ class WorkflowNode:
         args: Sequence[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         queue: str | None = None,
+        options: TaskOptions | None = None,
     ) -> Self:
-        """Give this node a compensation step, run if the workflow must undo its work."""
+        """Give this node a compensation step, run if the workflow must undo its work.
+
+        Without ``options`` it has ``UNDO_RETRIES`` retries: an undo interrupted by a
+        crash, or failing once, is tried again before the compensation is declared failed.
+        """
         if self._undo is not None:
             self._workflow._record(
                 f"Node {self.name!r} is given a second .undo(); a node has at most one."
             )
         else:
-            self._undo = _Call(task, args, kwargs, queue)
+            self._undo = _Call(task, args, kwargs, queue, options)
         return self
 
     def priority(self, priority: int) -> Self:
@@ -484,8 +491,17 @@ def _plan_undo(call: _Call, where: str, problems: list[str]) -> UndoPlan | None:
     if checked is None:
         return None
     path, args, kwargs, queue = checked
-    takes_context = isinstance(call.task, Task) and call.task.takes_context
-    options = {"takes_context": True} if takes_context else {}
+    django_task = call.task if isinstance(call.task, Task) else None
+    if call.options is None:
+        # Empty (the undo's default retries apply when it is queued), as plans always had.
+        takes_context = django_task is not None and django_task.takes_context
+        options = {"takes_context": True} if takes_context else {}
+    else:
+        try:
+            options = _stored_options(call.options, django_task)
+        except InvalidTaskOptions as e:
+            problems.append(f"{where}: {e}")
+            return None
     return UndoPlan(task_path=path, args=args, kwargs=kwargs, queue=queue, options=options)
 
 

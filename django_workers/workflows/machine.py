@@ -374,7 +374,12 @@ def _node_ended(draft: _Draft, name: str, outcome: Outcome) -> None:
     if _first_unabsorbed_failure(draft, i, outcome):
         draft.state = replace(draft.state, unabsorbed_failure=True)
         if draft.state.fail_fast:
-            stop_except = frozenset(draft.nodes[j].name for j in _always_dependents(draft, i))
+            # The failed node's .always() dependents still run, and so does every .always()
+            # node already queued: it was made to run whatever came before it.
+            stop_except = frozenset(
+                [draft.nodes[j].name for j in _always_dependents(draft, i)]
+                + [n.name for n in draft.nodes if n.always and n.status is NodeStatus.PENDING]
+            )
     _settle(draft, stop_except=stop_except)
     _end_run_if_done(draft)
 

@@ -44,6 +44,7 @@ from django_workers.workflows.machine import (
     WorkflowState,
 )
 from django_workers.workflows.records import (
+    UNDO_RETRIES,
     node_key,
     node_label,
     node_task_id,
@@ -286,7 +287,8 @@ def _undo_task(row: Mapping[str, Any], name: str, now: datetime) -> NewTask:
         queue=undo["queue"],
         priority=0,
         run_after=None,
-        options=dict(undo["options"]),
+        # An undo given no options of its own still retries: compensation is at least once.
+        options={"retries": UNDO_RETRIES, **undo["options"]},
         run_id=new_run_id(),
         created_at=now,
         workflow=row["id"],

@@ -30,6 +30,8 @@ from django_workers.workflows.machine import (
 )
 
 UNDO_SUFFIX: Final = ":undo"
+#: Retries of an undo given no options: compensation runs at least once, whatever crashes.
+UNDO_RETRIES: Final = 3
 # The ``node`` column holds the longest name with its undo's suffix.
 assert NODE_NAME_MAX_LENGTH + len(UNDO_SUFFIX) <= NODE_LABEL_MAX_LENGTH
 #: The workflow columns the machine's state is kept in (besides ``nodes``).
