@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import models
@@ -95,16 +95,35 @@ class TaskInfo:
         return self.status in TERMINAL_STATUSES
 
     @property
+    def retrying(self) -> bool:
+        """True while the task waits to run again after a failed (or lost) attempt."""
+        return self.status == TaskStatus.PENDING and self.attempts > 0
+
+    @property
+    def max_attempts(self) -> int:
+        """How many attempts the task may make: its first and its ``retries``."""
+        return self.options.retries + 1
+
+    def retry_summary(self) -> str | None:
+        """For a retrying task, which attempt comes next and when (UTC), else None."""
+        if not self.retrying:
+            return None
+        summary = f"attempt {self.attempts + 1} of {self.max_attempts}"
+        if self.run_after is None:
+            return summary
+        return f"{summary}, next at {self.run_after.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+    @property
     def cancel_requested(self) -> bool:
         """True once this run was asked to stop (live runs), or the task ended CANCELLED."""
         if self._token is not None:
-            return self._token.requested
+            return self._token.seen() is not CancelReason.NONE
         return self.status == TaskStatus.CANCELLED
 
     def raise_if_cancelled(self) -> None:
         """Raise TaskCancelled if this run was asked to stop; call it between steps."""
         if self._token is not None:
-            reason = self._token.reason
+            reason = self._token.seen()
         elif self.status == TaskStatus.CANCELLED:
             reason = self.cancel_reason
         else:
@@ -121,5 +140,5 @@ def cancel_requested(info: TaskInfo) -> bool:
 def cancel_reason(info: TaskInfo) -> CancelReason:
     """Why the run was asked to stop: user, timeout, superseded, shutdown; or none."""
     if info._token is not None:
-        return info._token.reason
+        return info._token.seen()
     return info.cancel_reason

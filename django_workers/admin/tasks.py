@@ -12,6 +12,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
@@ -28,8 +29,9 @@ from django_workers.admin.base import (
 from django_workers.api import cancel_task
 from django_workers.authority import user_id_of
 from django_workers.exceptions import TaskAlreadyFinished, TaskNotFound
-from django_workers.info import TERMINAL_STATUSES
+from django_workers.info import TERMINAL_STATUSES, TaskStatus
 from django_workers.models import TaskRecord
+from django_workers.options import TaskOptions
 from django_workers.web_authority import authority_for_user
 
 #: The task page, every field read-only: (heading, fields) in the order shown.
@@ -40,7 +42,7 @@ FIELD_GROUPS: tuple[tuple[str | None, tuple[str, ...]], ...] = (
         (
             "status",
             "progress_display",
-            "attempts",
+            "attempts_display",
             "cancel_reason",
             "created_at",
             "run_after",
@@ -108,7 +110,7 @@ class TaskRecordAdmin(ReadOnlyAdmin):
         "queue",
         "status",
         "progress_display",
-        "attempts",
+        "attempts_display",
         "duration_display",
         "created_at",
     )
@@ -208,6 +210,17 @@ class TaskRecordAdmin(ReadOnlyAdmin):
     @admin.display(description="progress", ordering="progress")
     def progress_display(self, task: TaskRecord) -> str:
         return progress_bar(task.progress)
+
+    @admin.display(description="attempts", ordering="attempts")
+    def attempts_display(self, task: TaskRecord) -> str:
+        """How many attempts of how many; for a retry, which comes next and when."""
+        most = TaskOptions.from_json(task.options).retries + 1
+        if task.status != TaskStatus.PENDING or task.attempts == 0:
+            return f"{task.attempts} of {most}"
+        text = f"retrying: attempt {task.attempts + 1} of {most}"
+        if task.run_after is None:
+            return text
+        return f"{text}, next at {timezone.localtime(task.run_after):%Y-%m-%d %H:%M:%S}"
 
     @admin.display(description="duration")
     def duration_display(self, task: TaskRecord) -> str:

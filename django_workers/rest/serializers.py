@@ -45,6 +45,14 @@ class TaskSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=TaskStatus.choices, read_only=True)
     progress = serializers.FloatField(read_only=True)
     attempts = serializers.IntegerField(read_only=True)
+    max_attempts = serializers.IntegerField(
+        read_only=True, help_text="Its first attempt and its retries."
+    )
+    retrying = serializers.BooleanField(
+        read_only=True,
+        help_text="PENDING after a failed (or lost) attempt: attempt attempts + 1 starts at "
+        "run_after.",
+    )
     # Any JSON, null included (a bare schema accepts null; "nullable" would make it ambiguous).
     result = serializers.JSONField(read_only=True)
     error = TaskFailureSerializer(read_only=True, allow_null=True)

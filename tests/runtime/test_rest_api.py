@@ -149,8 +149,8 @@ def test_the_owner_reads_the_result_and_every_field(users, done_id):
     assert task["created_at"].endswith("Z")
     assert set(task) == {
         "id", "key", "owner", "scope", "queue", "priority", "status", "progress", "attempts",
-        "result", "error", "errors", "cancel_reason", "run_id", "created_at", "started_at",
-        "finished_at", "run_after", "watchers", "workflow", "node",
+        "max_attempts", "retrying", "result", "error", "errors", "cancel_reason", "run_id",
+        "created_at", "started_at", "finished_at", "run_after", "watchers", "workflow", "node",
     }  # fmt: skip
 
 

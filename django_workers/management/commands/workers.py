@@ -275,6 +275,8 @@ def task_json(info: TaskInfo) -> dict[str, Any]:
         elif isinstance(value, TaskStatus) or f.name == "cancel_reason":
             value = str(value)
         data[f.name] = value
+    data["retrying"] = info.retrying
+    data["max_attempts"] = info.max_attempts
     return data
 
 
@@ -374,9 +376,12 @@ def queue_row(q: operations.QueueState) -> list[str]:
 
 
 def list_row(info: TaskInfo) -> list[str]:
+    status = str(info.status)
+    if info.retrying:
+        status += f" (attempt {info.attempts + 1} of {info.max_attempts})"
     return [
         info.id,
-        str(info.status),
+        status,
         info.queue,
         f"{info.progress:g}%",
         str(info.attempts),
@@ -409,6 +414,8 @@ def show_text(info: TaskInfo) -> str:
         f"{k.ljust(width)}  {json.dumps(v) if not isinstance(v, str) else v}"
         for k, v in data.items()
     ]
+    if summary := info.retry_summary():
+        lines.append(f"{'retry'.ljust(width)}  {summary}")
     if error:
         lines.append(f"{'error'.ljust(width)}  {error['type']}: {error['message']}")
     if len(errors) > 1:
