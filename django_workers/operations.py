@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from django_workers import clock
 from django_workers.api import get_task_status
@@ -72,6 +73,25 @@ class QueueState:
     def unserved(self) -> bool:
         """Tasks wait here and no live worker serves this queue."""
         return self.pending > 0 and not self.served
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures as ``workers status --json`` and the admin's queues page give them."""
+        age = self.oldest_pending_age
+        return {
+            "queue": self.queue,
+            "pending": self.pending,
+            "retrying": self.retrying,
+            "running": self.running,
+            "held_slots": self.held_slots,
+            "oldest_pending_age": None if age is None else round(age, 3),
+            "completed_5m": self.completed_5m,
+            "completed_1h": self.completed_1h,
+            "failed_5m": self.failed_5m,
+            "failed_1h": self.failed_1h,
+            "limit": self.limit,
+            "workers": [w.id for w in self.workers],
+            "served": self.served,
+        }
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -321,28 +321,7 @@ def status_json(report: operations.Status) -> dict[str, Any]:
             }
             for w in report.workers
         ],
-        "queues": [queue_json(q) for q in report.queues],
-    }
-
-
-def queue_json(q: operations.QueueState) -> dict[str, Any]:
-    """One queue's figures, as ``status --json`` and the admin's queues page read them."""
-    return {
-        "queue": q.queue,
-        "pending": q.pending,
-        "retrying": q.retrying,
-        "running": q.running,
-        "held_slots": q.held_slots,
-        "oldest_pending_age": (
-            None if q.oldest_pending_age is None else round(q.oldest_pending_age, 3)
-        ),
-        "completed_5m": q.completed_5m,
-        "completed_1h": q.completed_1h,
-        "failed_5m": q.failed_5m,
-        "failed_1h": q.failed_1h,
-        "limit": q.limit,
-        "workers": [w.id for w in q.workers],
-        "served": q.served,
+        "queues": [q.to_json() for q in report.queues],
     }
 
 
