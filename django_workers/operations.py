@@ -17,7 +17,7 @@ from django_workers.api import get_task_status
 from django_workers.authority import Authority, Owner, System, owner_of
 from django_workers.backends import BACKEND_OPTION
 from django_workers.conf import queue_limits, workers_settings
-from django_workers.exceptions import InvalidTaskOptions, TaskNotRetryable
+from django_workers.exceptions import AuthorizationError, InvalidTaskOptions, TaskNotRetryable
 from django_workers.info import TERMINAL_STATUSES, TaskInfo, TaskStatus
 from django_workers.stores import QueueCounts, WorkerStore
 from django_workers.stores.base import WorkerRegistration
@@ -209,6 +209,23 @@ def retry(
         # The record went live again between our read and the submit: it was joined.
         raise TaskNotRetryable(task_id, get_task_status(task_id, System(), store=store).status)
     return info, submitted.run_id
+
+
+def retry_as(task_id: str, authority: Authority, *, store: WorkerStore) -> tuple[TaskInfo, str]:
+    """Re-run a FAILED or CANCELLED task for ``authority``, as ``retry`` does.
+
+    ``System()`` may re-run any task; an ``Owner`` only a task it owns (a
+    watcher may read and cancel a task, not run it again). Raises TaskNotFound
+    for a task ``authority`` may not see, AuthorizationError for one it sees
+    but does not own, and TaskNotRetryable for one that has not ended.
+    """
+    info = get_task_status(task_id, authority, store=store)
+    if isinstance(authority, Owner) and info.owner != authority.user_id:
+        raise AuthorizationError(
+            f"Only the owner of task {info.id!r} may run it again, or a user holding "
+            "django_workers.manage_all_tasks; ask them, or submit a task of your own."
+        )
+    return retry(info.id, store=store)
 
 
 # -- purge ---------------------------------------------------------------------------------
