@@ -25,6 +25,7 @@ from django_workers.admin.base import (
     report,
     selected_ids,
 )
+from django_workers.admin.live import POLL_INTERVAL_MS, live_url, task_now
 from django_workers.admin.retrying import may_retry, retry_selected, retry_url
 from django_workers.api import cancel_task
 from django_workers.authority import user_id_of
@@ -147,6 +148,7 @@ class TaskRecordAdmin(ReadOnlyAdmin):
             **(extra_context or {}),
             "can_cancel": task.status not in TERMINAL_STATUSES,
             "can_retry": may_retry(request, task),
+            "live_interval": POLL_INTERVAL_MS,
         }
         return super().change_view(request, object_id, form_url, context)
 
@@ -172,7 +174,7 @@ class TaskRecordAdmin(ReadOnlyAdmin):
             self.admin_site.admin_view(require_POST(self.cancel_view)),
             name=f"{opts.app_label}_{opts.model_name}_cancel",
         )
-        return [cancel, retry_url(self), *super().get_urls()]
+        return [cancel, retry_url(self), live_url(self, task_now), *super().get_urls()]
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Cancel one task with the user's authority; report and go back to its page."""
