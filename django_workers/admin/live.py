@@ -56,9 +56,15 @@ def workflow_now(
     """A workflow's state, its DAG's picture and its node table's rows, as its page shows them."""
     # Imported here: the workflow pages import this module for its routes. The page's
     # own helpers draw each part, so the parts and the page never differ.
-    from django_workers.admin.workflows import _node_row, _task_change_url, state_badge
+    from django_workers.admin.workflows import (
+        WorkflowRecordAdmin,
+        _node_row,
+        _task_change_url,
+        state_badge,
+    )
     from django_workers.workflow_svg import workflow_svg
 
+    assert isinstance(model_admin, WorkflowRecordAdmin)
     info = model_admin._visible_workflow(request, object_id)
     has_undo = any(node.undo is not None for node in info.nodes)
     rows = render_to_string(
