@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -17,7 +19,7 @@ from django_workers.checks import check_workers_settings
 from django_workers.models import WorkerProcess
 from django_workers.stores import default_store
 from django_workers.stores.memory import InMemoryWorkerStore
-from tests.helpers import end_record, make_user, start_runtime, wait_for_status, wait_until
+from tests.helpers import ROOT, end_record, make_user, start_runtime, wait_for_status, wait_until
 
 URL = reverse("django_workers:metrics")
 TOKEN = "s3cret-metrics-token-0123456789"
@@ -170,3 +172,22 @@ def test_a_bad_metrics_token_is_an_error_of_the_checks(token: Any, problem: str)
 def test_a_long_metrics_token_passes_the_checks() -> None:
     with override_settings(DJANGO_WORKERS={"METRICS_TOKEN": TOKEN}):
         assert check_workers_settings() == []
+
+
+@pytest.mark.django_db
+@override_settings(DJANGO_WORKERS={"QUEUES": {"default": {"concurrency": 1}}})
+def test_the_dashboard_and_the_docs_name_only_metrics_that_exist() -> None:
+    submit("one", "default")
+    served = set(scrape(client_of(make_user("root", su=True))))
+    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"]}
+    for family in REGISTRY.collect():
+        if family.name.startswith("django_workers_"):
+            served |= {family.name + end for end in suffixes.get(family.type, [""])}
+    texts = [
+        json.dumps(json.loads((ROOT / "docs" / "grafana-dashboard.json").read_text())),
+        (ROOT / "docs" / "operating.md").read_text(),
+    ]
+    named = {name for text in texts for name in re.findall(r"django_workers_[a-z_]+", text)}
+    # The docs' tables name a histogram by its family; queries read its series.
+    assert named - served <= {"django_workers_run_duration_seconds"}
+    assert "django_workers_run_duration_seconds_bucket" in named
