@@ -42,6 +42,8 @@ def task_now(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str
     elapsed = task_duration(task.started_at, task.finished_at)
     return {
         "status": task.status,
+        # As the page's read-only field shows it: the status's label.
+        "status_display": task.get_status_display(),
         "progress": task.progress,
         "progress_html": progress_bar(task.progress),
         "attempts": task.attempts,

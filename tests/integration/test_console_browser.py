@@ -63,8 +63,9 @@ def test_a_running_tasks_page_advances_without_a_reload_and_reloads_once_it_ends
     first = progress_of(browser)
     wait_until(lambda: progress_of(browser) >= first + 3, timeout=20, interval=0.2)
     assert same_page(browser)
-    attempts = browser.find_element("css selector", ".field-attempts .readonly").text
-    assert attempts == "1"
+    assert browser.find_element("css selector", ".field-attempts .readonly").text == "1"
+    # The status as the read-only field shows it, by its label.
+    assert browser.find_element("css selector", ".field-status .readonly").text == "Running"
     browser.save_screenshot(str(artifacts_dir() / "task-live.png"))
 
     from django_workers import cancel_task

@@ -48,7 +48,7 @@ def test_a_running_tasks_page_loads_the_script_and_its_json_follows_the_run() ->
 
     update_progress(claimed, 40)
     now = client.get(task_live(task_id)).json()
-    assert now["status"] == "RUNNING"
+    assert (now["status"], now["status_display"]) == ("RUNNING", "Running")
     assert (now["progress"], now["attempts"], now["ended"]) == (40, 1, False)
     assert 'value="40"' in now["progress_html"]
 

@@ -25,7 +25,7 @@
 
   var show = {
     task: function (now) {
-      put(".field-status .readonly", now.status, true);
+      put(".field-status .readonly", now.status_display, true);
       put(".field-progress_display .readonly", now.progress_html);
       put(".field-attempts .readonly", String(now.attempts), true);
       put(".field-duration_display .readonly", now.duration, true);
