@@ -99,6 +99,7 @@ def check_workers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
     errors += _only_listed_queues()
     errors += _retention()
     errors += _schedules()
+    errors += _metrics_token()
     return errors
 
 
@@ -322,6 +323,33 @@ def _only_listed_queues() -> list[CheckMessage]:
             f"DJANGO_WORKERS['ONLY_LISTED_QUEUES'] must be True or False, got {value!r}.",
             hint="True makes submit refuse a queue that QUEUES does not name (besides 'default').",
             id="django_workers.E009",
+        )
+    ]
+
+
+#: The shortest METRICS_TOKEN accepted: a token anyone could guess opens the metrics.
+METRICS_TOKEN_MIN_LENGTH = 16
+
+
+def _metrics_token() -> list[CheckMessage]:
+    token = workers_settings.METRICS_TOKEN
+    if token is None:
+        return []
+    if not isinstance(token, str):
+        problem = f"must be a string or None, got {type(token).__name__}"
+    elif token != token.strip() or not token.isprintable() or " " in token:
+        problem = "must be printable, without spaces (it is sent in an HTTP header)"
+    elif len(token) < METRICS_TOKEN_MIN_LENGTH:
+        problem = f"must be at least {METRICS_TOKEN_MIN_LENGTH} characters, got {len(token)}"
+    else:
+        return []
+    return [
+        Error(
+            f"DJANGO_WORKERS['METRICS_TOKEN'] {problem}.",
+            hint="Use a long random secret, e.g. python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))', read from the environment; or None to open "
+            "the metrics to staff only.",
+            id="django_workers.E021",
         )
     ]
 

@@ -57,6 +57,8 @@ DEFAULTS: dict[str, Any] = {
     "CLEANUP_BATCH": 500,
     # Periodic tasks by key: {"refresh-rates": {"task": "app.tasks.f", "cron": "*/5 * * * *"}}.
     "SCHEDULES": {},
+    # A secret that opens the metrics view to "Authorization: Bearer <token>"; None: staff only.
+    "METRICS_TOKEN": None,
 }
 
 

@@ -6,6 +6,7 @@ store (``stores/database.py``) as a conditional update checked by row count.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -54,12 +55,37 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
         return self.order_by("-created_at", "-id")
 
     def queue_counts(self) -> models.QuerySet[TaskRecord, dict[str, Any]]:
-        """Per queue, live status and worker: how many tasks, and the oldest one's creation."""
+        """Per queue, live status and worker: how many tasks, how many ran before, the oldest."""
         return (
             self.filter(status__in=[TaskStatus.PENDING, TaskStatus.RUNNING])
             .order_by()
             .values("queue", "status", "worker_id")
-            .annotate(count=Count("id"), oldest=Min("created_at"))
+            .annotate(
+                count=Count("id"),
+                oldest=Min("created_at"),
+                retrying=Count("id", filter=Q(attempts__gte=1)),
+            )
+        )
+
+    def ended_counts(self, since: Sequence[datetime]) -> models.QuerySet[TaskRecord, Any]:
+        """Per queue and status, COMPLETED and FAILED records that ended since each instant.
+
+        One range of the ``workers_task_ended`` index per status, from the earliest
+        instant: ``n0``, ``n1``, ... count the records that ended at or after each.
+        """
+        return (
+            self.filter(
+                status__in=[TaskStatus.COMPLETED, TaskStatus.FAILED],
+                finished_at__gte=min(since),
+            )
+            .order_by()
+            .values("queue", "status")
+            .annotate(
+                **{
+                    f"n{i}": Count("id", filter=Q(finished_at__gte=instant))
+                    for i, instant in enumerate(since)
+                }
+            )
         )
 
     def finished_before(self, status: TaskStatus, before: datetime) -> TaskRecordQuerySet:

@@ -10,15 +10,16 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from django_workers import clock
 from django_workers.api import get_task_status
 from django_workers.authority import Authority, Owner, System, owner_of
 from django_workers.backends import BACKEND_OPTION
 from django_workers.conf import queue_limits, workers_settings
-from django_workers.exceptions import InvalidTaskOptions, TaskNotRetryable
+from django_workers.exceptions import AuthorizationError, InvalidTaskOptions, TaskNotRetryable
 from django_workers.info import TERMINAL_STATUSES, TaskInfo, TaskStatus
-from django_workers.stores import WorkerStore
+from django_workers.stores import QueueCounts, WorkerStore
 from django_workers.stores.base import WorkerRegistration
 from django_workers.submission import TaskSubmission, build_task, write_tasks
 
@@ -37,25 +38,65 @@ class WorkerState:
     stale: bool
 
 
+#: The windows of recent ends an operator sees, in seconds: the last 5 minutes, the last hour.
+ENDED_WINDOWS = (300, 3600)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueState:
-    """One queue's live tasks, and whether any live worker takes them."""
+    """One queue's live tasks, its recent ends, and the live workers that take its tasks."""
 
     queue: str
     pending: int
+    #: PENDING records that ran before: a retry, or a recovered run waiting to run again.
+    retrying: int
     running: int
+    #: Runs whose record ended while their function still executes: they count as running.
+    held_slots: int
     oldest_pending_age: float | None
-    served: bool
+    #: Records that ended COMPLETED, and FAILED, in the last 5 minutes and the last hour.
+    completed_5m: int
+    completed_1h: int
+    failed_5m: int
+    failed_1h: int
+    #: The queue's concurrency limit across all workers (``QUEUES``); None: no limit.
+    limit: int | None
+    #: The live workers that take this queue's tasks.
+    workers: tuple[WorkerRegistration, ...]
+
+    @property
+    def served(self) -> bool:
+        """A live worker takes this queue's tasks."""
+        return bool(self.workers)
 
     @property
     def unserved(self) -> bool:
         """Tasks wait here and no live worker serves this queue."""
         return self.pending > 0 and not self.served
 
+    def to_json(self) -> dict[str, Any]:
+        """The figures as ``workers status --json`` and the admin's queues page give them."""
+        age = self.oldest_pending_age
+        return {
+            "queue": self.queue,
+            "pending": self.pending,
+            "retrying": self.retrying,
+            "running": self.running,
+            "held_slots": self.held_slots,
+            "oldest_pending_age": None if age is None else round(age, 3),
+            "completed_5m": self.completed_5m,
+            "completed_1h": self.completed_1h,
+            "failed_5m": self.failed_5m,
+            "failed_1h": self.failed_1h,
+            "limit": self.limit,
+            "workers": [w.id for w in self.workers],
+            "served": self.served,
+        }
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Status:
-    """What ``workers status`` shows: the workers and the queues, at one instant."""
+    """What ``workers status``, the admin's queues page and the metrics show, at one instant."""
 
     now: datetime
     lease_timeout: float
@@ -64,10 +105,19 @@ class Status:
 
 
 def status(store: WorkerStore) -> Status:
-    """Read the registered workers and every queue's live counts (three queries)."""
+    """Read the registered workers, every queue's live counts and its recent ends.
+
+    A fixed number of queries, whatever the tables hold: the live records by
+    queue, the held slots by queue, the records ended in the last hour (through
+    the index of finished records), the workers and their held slots, and on
+    PostgreSQL and MySQL the database's clock.
+    """
     now = store.database_now() or clock.now()
     lease = float(workers_settings.LEASE_TIMEOUT)
     counts = store.queue_counts()
+    ended = {
+        e.queue: e for e in store.ended_counts([now - timedelta(seconds=s) for s in ENDED_WINDOWS])
+    }
     running: dict[str, int] = {}
     for queue in counts:
         for worker_id, n in queue.running_by_worker.items():
@@ -83,17 +133,28 @@ def status(store: WorkerStore) -> Status:
     ]
     live = [w.worker for w in workers if not w.stale]
     by_name = {q.queue: q for q in counts}
-    names = sorted({*by_name, *queue_limits(), *(q for w in live for q in w.queues)})
+    limits = queue_limits()
+    names = sorted({*by_name, *ended, *limits, *(q for w in live for q in w.queues)})
     queues = []
     for name in names:
-        q = by_name.get(name)
+        q = by_name.get(name) or QueueCounts(queue=name)
+        e = ended.get(name)
+        completed = e.completed if e else (0,) * len(ENDED_WINDOWS)
+        failed = e.failed if e else (0,) * len(ENDED_WINDOWS)
         queues.append(
             QueueState(
                 queue=name,
-                pending=q.pending if q else 0,
-                running=q.running if q else 0,
-                oldest_pending_age=_age(now, q.oldest_pending) if q and q.oldest_pending else None,
-                served=any(not w.queues or name in w.queues for w in live),
+                pending=q.pending,
+                retrying=q.retrying,
+                running=q.running,
+                held_slots=q.held_slots,
+                oldest_pending_age=_age(now, q.oldest_pending) if q.oldest_pending else None,
+                completed_5m=completed[0],
+                completed_1h=completed[1],
+                failed_5m=failed[0],
+                failed_1h=failed[1],
+                limit=limits.get(name),
+                workers=tuple(w for w in live if not w.queues or name in w.queues),
             )
         )
     return Status(now=now, lease_timeout=lease, workers=workers, queues=queues)
@@ -148,6 +209,23 @@ def retry(
         # The record went live again between our read and the submit: it was joined.
         raise TaskNotRetryable(task_id, get_task_status(task_id, System(), store=store).status)
     return info, submitted.run_id
+
+
+def retry_as(task_id: str, authority: Authority, *, store: WorkerStore) -> tuple[TaskInfo, str]:
+    """Re-run a FAILED or CANCELLED task for ``authority``, as ``retry`` does.
+
+    ``System()`` may re-run any task; an ``Owner`` only a task it owns (a
+    watcher may read and cancel a task, not run it again). Raises TaskNotFound
+    for a task ``authority`` may not see, AuthorizationError for one it sees
+    but does not own, and TaskNotRetryable for one that has not ended.
+    """
+    info = get_task_status(task_id, authority, store=store)
+    if isinstance(authority, Owner) and info.owner != authority.user_id:
+        raise AuthorizationError(
+            f"Only the owner of task {info.id!r} may run it again, or a user holding "
+            "django_workers.manage_all_tasks; ask them, or submit a task of your own."
+        )
+    return retry(info.id, store=store)
 
 
 # -- purge ---------------------------------------------------------------------------------

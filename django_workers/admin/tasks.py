@@ -26,6 +26,8 @@ from django_workers.admin.base import (
     report,
     selected_ids,
 )
+from django_workers.admin.live import POLL_INTERVAL_MS, live_url, task_now
+from django_workers.admin.retrying import may_retry, retry_selected, retry_url
 from django_workers.api import cancel_task
 from django_workers.authority import user_id_of
 from django_workers.exceptions import TaskAlreadyFinished, TaskNotFound
@@ -117,7 +119,7 @@ class TaskRecordAdmin(ReadOnlyAdmin):
     list_filter = ("status", "queue")
     search_fields = ("id", "key", "owner")
     ordering = ("-created_at", "-id")
-    actions = ("cancel_selected",)
+    actions = ("cancel_selected", retry_selected)
     fieldsets = [(name, {"fields": fields}) for name, fields in FIELD_GROUPS]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
@@ -144,7 +146,12 @@ class TaskRecordAdmin(ReadOnlyAdmin):
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
         task = self._visible_task(request, object_id)
-        context = {**(extra_context or {}), "can_cancel": task.status not in TERMINAL_STATUSES}
+        context = {
+            **(extra_context or {}),
+            "can_cancel": task.status not in TERMINAL_STATUSES,
+            "can_retry": may_retry(request, task),
+            "live_interval": POLL_INTERVAL_MS,
+        }
         return super().change_view(request, object_id, form_url, context)
 
     def history_view(
@@ -169,7 +176,7 @@ class TaskRecordAdmin(ReadOnlyAdmin):
             self.admin_site.admin_view(require_POST(self.cancel_view)),
             name=f"{opts.app_label}_{opts.model_name}_cancel",
         )
-        return [cancel, *super().get_urls()]
+        return [cancel, retry_url(self), live_url(self, task_now), *super().get_urls()]
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """Cancel one task with the user's authority; report and go back to its page."""

@@ -12,6 +12,7 @@ from django.urls import URLPattern, path
 
 from django_workers import operations
 from django_workers.admin.base import ReadOnlyAdmin
+from django_workers.admin.queues import queues_url
 from django_workers.models import WorkerProcess
 from django_workers.stores import default_store
 
@@ -39,11 +40,13 @@ class WorkerProcessAdmin(ReadOnlyAdmin):
         )
 
     def get_urls(self) -> list[URLPattern]:
-        # The list is the whole page: a worker has no detail to open.
+        # The list is the whole page: a worker has no detail to open. The queues page
+        # sits beside it, with its permission.
         return [
             path(
                 "",
                 self.admin_site.admin_view(self.changelist_view),
                 name=f"{self.opts.app_label}_{self.opts.model_name}_changelist",
-            )
+            ),
+            queues_url(self),
         ]

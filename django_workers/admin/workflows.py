@@ -28,6 +28,7 @@ from django_workers.admin.base import (
     report,
     selected_ids,
 )
+from django_workers.admin.live import POLL_INTERVAL_MS, live_url, workflow_now
 from django_workers.authority import user_id_of
 from django_workers.exceptions import WorkflowAlreadyFinished, WorkflowNotFound
 from django_workers.models import WorkflowRecord
@@ -125,6 +126,7 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
                 view(require_safe(self.change_view)),
                 name=f"{name}_change",
             ),
+            live_url(self, workflow_now),
         ]
 
     # -- a workflow's page, read through the workflow API --
@@ -152,6 +154,7 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
             # Without undo steps to skip, "without undo" would be the same button twice.
             "offers_no_undo": has_undo and info.undo_on_cancel,
             "has_undo": has_undo,
+            "live_interval": POLL_INTERVAL_MS,
             **(extra_context or {}),
         }
         return TemplateResponse(

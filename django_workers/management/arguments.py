@@ -22,6 +22,13 @@ def positive_int(value: str) -> int:
     return number
 
 
+def port(value: str) -> int:
+    number = int(value)
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port from 1 to 65535, got {number}")
+    return number
+
+
 def seconds(value: str) -> float:
     number = float(value)
     if not 0 <= number <= SECONDS_MAX:  # NaN too

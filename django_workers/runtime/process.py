@@ -69,6 +69,37 @@ def build_runtime(options: dict[str, Any], store: Any = None) -> WorkerRuntime:
     )
 
 
+def check_metrics_port(port: int | None, processes: int) -> None:
+    """Refuse ``--metrics-port`` without prometheus_client, or with ports past 65535."""
+    from django.core.management.base import CommandError
+
+    from django_workers import metrics
+
+    if port is None:
+        return
+    if not metrics.available():
+        raise CommandError(f"--metrics-port: {metrics.INSTALL_HINT}")
+    if port + processes - 1 > 65535:
+        raise CommandError(
+            f"--metrics-port {port} with --processes {processes} needs ports {port} to "
+            f"{port + processes - 1}, past 65535; choose a lower port."
+        )
+
+
+def serve_metrics(port: int) -> None:
+    """Serve this worker process's metrics on ``port``; OSError says why it cannot."""
+    from django_workers import metrics
+
+    try:
+        metrics.serve(port)
+    except OSError as e:
+        raise OSError(
+            f"Cannot serve metrics on port {port} ({e.strerror or e}): choose another "
+            "--metrics-port, or stop what listens there."
+        ) from e
+    logger.info("Serving Prometheus metrics on port %d", port)
+
+
 def configure_logging(verbosity: int) -> None:
     """Send django_workers logs to stderr unless the site's LOGGING already handles them."""
     log = logging.getLogger("django_workers")

@@ -41,7 +41,7 @@ STABLE = 60.0
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT, FORWARDED_STOP})
 
 
-def _child_main(options: dict[str, Any]) -> None:
+def _child_main(options: dict[str, Any], index: int = 0) -> None:
     import django
 
     django.setup()
@@ -53,6 +53,7 @@ def _child_main(options: dict[str, Any]) -> None:
         configure_logging,
         install_forwarded_stop,
         install_signal_handlers,
+        serve_metrics,
     )
 
     configure_logging(options["verbosity"])
@@ -63,6 +64,13 @@ def _child_main(options: dict[str, Any]) -> None:
         logger.error("Worker process %s could not start: %r", os.getpid(), e)
         logger.debug("Why the worker process could not start", exc_info=True)
         raise SystemExit(1) from None
+    if options.get("metrics_port") is not None:
+        # Each slot keeps its port across restarts: process i serves on N + i.
+        try:
+            serve_metrics(options["metrics_port"] + index)
+        except OSError as e:
+            logger.error("Worker process %s could not start: %s", os.getpid(), e)
+            raise SystemExit(1) from None
     # The group's signal and the supervisor's forwarded one are one stop request.
     install_signal_handlers(runtime.request_stop, same_stop_window=SAME_STOP_WINDOW)
     install_forwarded_stop(runtime.request_stop)
@@ -89,6 +97,8 @@ class _Slot:
 
     child: multiprocessing.process.BaseProcess
     started: float
+    #: Which of the supervisor's processes this is, from 0: its metrics port's offset.
+    index: int = 0
     failures: int = 0
     restart_at: float | None = None
 
@@ -113,6 +123,7 @@ class Supervisor:
                 "poll_interval",
                 "drain_timeout",
                 "verbosity",
+                "metrics_port",
             )
         }
         self.count = options["processes"]
@@ -123,7 +134,7 @@ class Supervisor:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        slots = [_Slot(self._start_child(), time.monotonic()) for _ in range(self.count)]
+        slots = [_Slot(self._start_child(i), time.monotonic(), i) for i in range(self.count)]
         self._children = [slot.child for slot in slots]
         while True:
             for slot in slots:
@@ -146,7 +157,7 @@ class Supervisor:
             slot.restart_at = None
         elif slot.restart_at is not None:
             if now >= slot.restart_at:
-                slot.child, slot.started, slot.restart_at = self._start_child(), now, None
+                slot.child, slot.started, slot.restart_at = self._start_child(slot.index), now, None
         elif not child.is_alive() and child.exitcode not in (None, 0, 3):
             lived = now - slot.started
             slot.failures = 1 if lived >= STABLE else slot.failures + 1
@@ -160,9 +171,9 @@ class Supervisor:
                 delay,
             )
 
-    def _start_child(self) -> multiprocessing.process.BaseProcess:
+    def _start_child(self, index: int) -> multiprocessing.process.BaseProcess:
         child = self._context.Process(
-            target=_child_main, args=(self.options,), name="runworkers-child"
+            target=_child_main, args=(self.options, index), name="runworkers-child"
         )
         # multiprocessing (re)starts its resource tracker when it starts a child, and then
         # unblocks SIGINT and SIGTERM: started before the block, it cannot undo it.

@@ -12,6 +12,7 @@ from django.utils.module_loading import import_string
 from django_workers.conf import workers_settings
 from django_workers.stores.base import (
     ANY_RUN,
+    EndedCounts,
     NewTask,
     QueueAuthorizer,
     QueueCounts,
@@ -22,6 +23,7 @@ from django_workers.stores.base import (
 
 __all__ = [
     "ANY_RUN",
+    "EndedCounts",
     "NewTask",
     "QueueCounts",
     "Submitted",

@@ -248,11 +248,25 @@ class QueueCounts:
 
     queue: str
     pending: int = 0
+    #: PENDING records that ran before (attempts >= 1): a retry, or a recovered run.
+    retrying: int = 0
     running: int = 0
+    #: Runs of this queue whose record ended while their function still executes.
+    held_slots: int = 0
     #: Creation time of the oldest PENDING task; None when nothing is pending.
     oldest_pending: datetime | None = None
     #: The RUNNING tasks of this queue per worker id.
     running_by_worker: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EndedCounts:
+    """The records of one queue that ended COMPLETED, and FAILED, since each instant asked."""
+
+    queue: str
+    #: One count per instant of ``ended_counts(since)``, in its order.
+    completed: tuple[int, ...]
+    failed: tuple[int, ...]
 
 
 @dataclass(slots=True)
@@ -535,7 +549,15 @@ class WorkerStore(abc.ABC):
 
     @abc.abstractmethod
     def queue_counts(self) -> list[QueueCounts]:
-        """Pending and running counts of every queue that has live tasks, by queue name."""
+        """Pending, retrying, running and held counts of every queue that has any, by name."""
+
+    @abc.abstractmethod
+    def ended_counts(self, since: Sequence[datetime]) -> list[EndedCounts]:
+        """Count, per queue, the records that ended COMPLETED or FAILED since each instant.
+
+        A record counts for each of ``since`` at or before its ``finished_at``. The
+        earliest instant bounds the read: older records are never looked at.
+        """
 
     def database_now(self) -> datetime | None:
         """The database server's current time; None where it is this process's clock."""

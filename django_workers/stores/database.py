@@ -43,6 +43,7 @@ from django_workers.stores import rows, sql
 from django_workers.stores.base import (
     ANY_RUN,
     AllCreated,
+    EndedCounts,
     NewTask,
     NewWorkflow,
     QueueCounts,
@@ -1042,9 +1043,28 @@ class DatabaseWorkerStore(WorkerStore):
         found: dict[str, dict[str, Any]] = {}
         for row in self._records().queue_counts():
             rows.add_queue_count(
-                found, row["queue"], row["status"], row["worker_id"], row["count"], row["oldest"]
+                found,
+                row["queue"],
+                row["status"],
+                row["worker_id"],
+                row["count"],
+                row["oldest"],
+                row["retrying"],
             )
+        held = self._slots().order_by().values("queue").annotate(n=Count("run_id"))
+        for row in held.values_list("queue", "n"):
+            rows.queue_fields(found, row[0])["held_slots"] += row[1]
         return [QueueCounts(**found[name]) for name in sorted(found)]
+
+    def ended_counts(self, since: Sequence[datetime]) -> list[EndedCounts]:
+        found: dict[str, dict[str, list[int]]] = {}
+        for row in self._records().ended_counts(since):
+            counts = [row[f"n{i}"] for i in range(len(since))]
+            rows.add_ended_count(found, row["queue"], row["status"], counts)
+        return [
+            EndedCounts(queue=name, completed=tuple(f["completed"]), failed=tuple(f["failed"]))
+            for name, f in sorted(found.items())
+        ]
 
     def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
         doomed = self._records().finished_before(status, before)

@@ -22,6 +22,7 @@ from django_workers.lifecycle import TaskEnd
 from django_workers.stores import rows
 from django_workers.stores.base import (
     ANY_RUN,
+    EndedCounts,
     NewTask,
     NewWorkflow,
     QueueCounts,
@@ -439,9 +440,31 @@ class InMemoryWorkerStore(WorkerStore):
             for row in self._rows.values():
                 if row["status"] in (TaskStatus.PENDING, TaskStatus.RUNNING):
                     rows.add_queue_count(
-                        found, row["queue"], row["status"], row["worker_id"], 1, row["created_at"]
+                        found,
+                        row["queue"],
+                        row["status"],
+                        row["worker_id"],
+                        1,
+                        row["created_at"],
+                        int(row["attempts"] >= 1),
                     )
+            for queue, _worker in self._held.values():
+                rows.queue_fields(found, queue)["held_slots"] += 1
         return [QueueCounts(**found[name]) for name in sorted(found)]
+
+    def ended_counts(self, since: Sequence[datetime]) -> list[EndedCounts]:
+        found: dict[str, dict[str, list[int]]] = {}
+        with self._lock:
+            for row in self._rows.values():
+                if row["status"] in (TaskStatus.COMPLETED, TaskStatus.FAILED):
+                    ended = row["finished_at"]
+                    counts = [int(ended is not None and ended >= s) for s in since]
+                    if any(counts):
+                        rows.add_ended_count(found, row["queue"], row["status"], counts)
+        return [
+            EndedCounts(queue=name, completed=tuple(f["completed"]), failed=tuple(f["failed"]))
+            for name, f in sorted(found.items())
+        ]
 
     def delete_finished(self, status: TaskStatus, before: datetime, batch: int) -> int:
         with self._lock:

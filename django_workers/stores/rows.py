@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
@@ -218,11 +218,13 @@ def add_queue_count(
     worker_id: str | None,
     count: int,
     oldest: datetime,
+    retrying: int = 0,
 ) -> None:
     """Add ``count`` live tasks of one status to the ``QueueCounts`` fields of ``queue``."""
-    counts = found.setdefault(queue, {"queue": queue, "pending": 0, "running": 0})
+    counts = queue_fields(found, queue)
     if status == TaskStatus.PENDING:
         counts["pending"] += count
+        counts["retrying"] += retrying
         first = counts.get("oldest_pending")
         counts["oldest_pending"] = oldest if first is None else min(first, oldest)
     else:
@@ -230,3 +232,19 @@ def add_queue_count(
         by_worker = counts.setdefault("running_by_worker", {})
         key = worker_id or ""
         by_worker[key] = by_worker.get(key, 0) + count
+
+
+def queue_fields(found: dict[str, dict[str, Any]], queue: str) -> dict[str, Any]:
+    """The ``QueueCounts`` fields gathered so far for ``queue``, zero until counted."""
+    return found.setdefault(
+        queue, {"queue": queue, "pending": 0, "retrying": 0, "running": 0, "held_slots": 0}
+    )
+
+
+def add_ended_count(
+    found: dict[str, dict[str, list[int]]], queue: str, status: str, counts: Sequence[int]
+) -> None:
+    """Add one status's counts per instant to the ``EndedCounts`` fields of ``queue``."""
+    fields = found.setdefault(queue, {"completed": [0] * len(counts), "failed": [0] * len(counts)})
+    key = "completed" if status == TaskStatus.COMPLETED else "failed"
+    fields[key] = [a + b for a, b in zip(fields[key], counts, strict=True)]

@@ -55,6 +55,15 @@ def export_catalog(products: int) -> int:
     return products
 
 
+def write_report(pages: int, seconds_per_page: float) -> dict[str, int]:
+    """Write a report page by page (the reports page watches it); stops when cancelled."""
+    for done in range(1, pages + 1):
+        current_run().raise_if_cancelled()
+        time.sleep(seconds_per_page)
+        update_progress(current_run(), 100 * done / pages)
+    return {"pages": pages}
+
+
 def sync_inventory(warehouse: str) -> None:
     """Pull stock levels from a warehouse that does not exist: always fails."""
     raise LookupError(f"warehouse {warehouse!r} is not configured")

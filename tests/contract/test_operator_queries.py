@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from django_workers import System, TaskStatus, cancel_task, clock, submit_task
-from django_workers.stores import QueueCounts, WorkerStore, database
+from django_workers import System, TaskStatus, cancel_task, clock, lifecycle, submit_task
+from django_workers.stores import EndedCounts, QueueCounts, WorkerStore, database
 from tests.helpers import end_record
 
 
@@ -37,6 +37,56 @@ def test_queue_counts_tell_pending_and_running_per_queue_and_worker(store: Worke
     assert emails == QueueCounts(
         queue="emails", pending=1, running=0, oldest_pending=emails.oldest_pending
     )
+
+
+def test_queue_counts_tell_retrying_records_and_held_slots(store: WorkerStore) -> None:
+    again = submit(store, "again")
+    [claimed] = store.claim("w1", ["default"], 1, clock.now())
+    requeue = lifecycle.TaskEnd(
+        kind=lifecycle.EndKind.REQUEUE,
+        task_id=again,
+        run_id=claimed.run_id,
+        worker_id="w1",
+        queue="default",
+        status=TaskStatus.PENDING,
+    )
+    assert store.end_tasks([requeue]) == [True]
+    submit(store, "fresh")
+    held = submit(store, "held", queue="emails")
+    store.claim("w2", ["emails"], 1, clock.now())
+    cancel_task(held, System(), store=store)  # its function still runs: the slot stays held
+
+    counts = {q.queue: q for q in store.queue_counts()}
+
+    assert (counts["default"].pending, counts["default"].retrying) == (2, 1)
+    assert counts["default"].held_slots == 0
+    # Nothing live in "emails", but a slot held by a function that has not returned.
+    assert (counts["emails"].pending, counts["emails"].running) == (0, 0)
+    assert counts["emails"].held_slots == 1
+
+
+def test_ended_counts_count_completed_and_failed_records_per_window(store: WorkerStore) -> None:
+    now = clock.now()
+    ends = {
+        ("a", "default", TaskStatus.COMPLETED): 60,
+        ("b", "default", TaskStatus.COMPLETED): 1800,
+        ("c", "default", TaskStatus.FAILED): 1800,
+        ("d", "emails", TaskStatus.FAILED): 10,
+        ("e", "default", TaskStatus.COMPLETED): 7200,  # before both windows
+        ("f", "reports", TaskStatus.CANCELLED): 10,  # neither COMPLETED nor FAILED
+    }
+    for (key, queue, status), age in ends.items():
+        end_record(
+            store, submit(store, key, queue), status, finished_at=now - timedelta(seconds=age)
+        )
+    submit(store, "live")
+
+    found = store.ended_counts([now - timedelta(seconds=300), now - timedelta(seconds=3600)])
+
+    assert found == [
+        EndedCounts(queue="default", completed=(1, 2), failed=(0, 1)),
+        EndedCounts(queue="emails", completed=(0, 0), failed=(1, 1)),
+    ]
 
 
 def test_count_finished_counts_what_delete_finished_deletes(store: WorkerStore) -> None:

@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from django_workers import clock
+from django_workers import clock, lifecycle
 from django_workers.api import cancel_task, get_task_status, submit_task
 from django_workers.authority import Owner, System
 from django_workers.info import TaskStatus
@@ -100,21 +100,78 @@ def test_status_shows_workers_queues_and_flags_a_queue_only_a_stale_worker_serve
     assert "no live worker serves this queue" in emails_line
 
 
+@override_settings(DJANGO_WORKERS={"QUEUES": {"emails": {"concurrency": 2}}})
+def test_status_shows_each_queues_retries_held_slots_recent_ends_limit_and_workers() -> None:
+    store = DatabaseWorkerStore()
+    register(store, "w-all", (), age=1)
+    register(store, "w-mail", ("emails",), age=1)
+    register(store, "w-dead", ("emails",), age=3600)
+    now = clock.now()
+    for key, status, age in [
+        ("ok-1", TaskStatus.COMPLETED, 60),
+        ("ok-2", TaskStatus.COMPLETED, 1200),
+        ("bad-1", TaskStatus.FAILED, 120),
+        ("bad-2", TaskStatus.FAILED, 7200),
+    ]:
+        end_record(
+            store, submit(key, queue="emails"), status, finished_at=now - timedelta(seconds=age)
+        )
+    held = submit("held", queue="emails")
+    store.claim("w-mail", ["emails"], 1, clock.now())
+    cancel_task(held, System())  # its function still runs: the slot stays held
+    again = submit("again", queue="emails")
+    [claimed] = store.claim("w-mail", ["emails"], 1, clock.now())
+    requeue = lifecycle.TaskEnd(
+        kind=lifecycle.EndKind.REQUEUE,
+        task_id=again,
+        run_id=claimed.run_id,
+        worker_id="w-mail",
+        queue="emails",
+        status=TaskStatus.PENDING,
+    )
+    assert store.end_tasks([requeue]) == [True]
+
+    [emails] = [q for q in workers_json("status")["queues"] if q["queue"] == "emails"]
+
+    assert emails == {
+        "queue": "emails",
+        "pending": 1,
+        "retrying": 1,
+        "running": 0,
+        "held_slots": 1,
+        "oldest_pending_age": emails["oldest_pending_age"],
+        "completed_5m": 1,
+        "completed_1h": 2,
+        "failed_5m": 1,
+        "failed_1h": 1,
+        "limit": 2,
+        "workers": ["w-all", "w-mail"],
+        "served": True,
+    }
+    assert get_task_status(again, System()).attempts == 1
+    [line] = [row for row in workers("status").splitlines() if row.startswith("emails")]
+    cells = line.split()
+    # queue, pending, retrying, running, held, limit; the age ("1.2 s"); ends, workers.
+    assert cells[:6] == ["emails", "1", "1", "0", "1", "2"]
+    assert cells[8:] == ["1/2", "1/1", "2"]
+
+
 def test_status_counts_in_a_fixed_number_of_queries(django_assert_max_num_queries: Any) -> None:
     store = DatabaseWorkerStore()
     for n in range(3):
         register(store, f"w{n}", (), age=0)
         submit(f"t{n}", queue=f"q{n}")
-    # The migrations check (two reads), then workers, held slots, counts and, on
-    # PostgreSQL and MySQL, the database's clock: none of it grows with the tables.
-    with django_assert_max_num_queries(6):
+    # The migrations check (two reads), then workers, held slots by worker and by
+    # queue, live counts, the last hour's ends and, on PostgreSQL and MySQL, the
+    # database's clock: none of it grows with the tables.
+    with django_assert_max_num_queries(8):
         workers("status")
 
 
 def test_status_says_when_there_is_nothing() -> None:
     text = workers("status")
     assert "none registered" in text
-    assert "no pending or running tasks" in text
+    assert "no pending, running or recently ended tasks" in text
 
 
 # -- list and show --

@@ -24,13 +24,15 @@ from django.db import DatabaseError, connections
 import django_workers
 from django_workers.checks import missing_tables, workers_databases
 from django_workers.conf import queue_limits, workers_settings
-from django_workers.management.arguments import positive_int, queue_list, seconds
+from django_workers.management.arguments import port, positive_int, queue_list, seconds
 from django_workers.runtime.outage import backoff_delay, unreachable
 from django_workers.runtime.process import (
     bound_connect_timeouts,
     build_runtime,
+    check_metrics_port,
     configure_logging,
     install_signal_handlers,
+    serve_metrics,
 )
 from django_workers.runtime.runtime import WorkerRuntime
 from django_workers.runtime.wakeup import CHANNEL, notices_arrive, wake_up_text
@@ -119,6 +121,14 @@ class Command(BaseCommand):
             help="Idle poll interval in seconds where LISTEN/NOTIFY is unavailable "
             "(default: DJANGO_WORKERS['POLL_INTERVAL'], 0.2).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=port,
+            default=None,
+            help="Serve this process's Prometheus metrics on this port; with --processes P, "
+            "worker process i (0 to P-1) on port N+i (default: off; needs "
+            "django-workers-db[metrics]).",
+        )
         parser.add_argument("--skip-checks", action="store_true", help="Skip system checks.")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -135,6 +145,7 @@ class Command(BaseCommand):
             self.check(databases=workers_databases())
             if problem := missing_tables():
                 raise CommandError(problem)
+        check_metrics_port(options["metrics_port"], options["processes"])
         store = default_store()
         if options["processes"] > 1:
             from django_workers.runtime.supervisor import Supervisor
@@ -147,6 +158,11 @@ class Command(BaseCommand):
             except ValueError as e:  # the runtime refusing its settings (heartbeat vs lease)
                 raise CommandError(str(e)) from e
             install_signal_handlers(runtime.request_stop)
+            if options["metrics_port"] is not None:
+                try:
+                    serve_metrics(options["metrics_port"])
+                except OSError as e:
+                    raise CommandError(str(e)) from e
             # Once started: the runtime has checked by then that notices reach its LISTEN.
             code = runtime.run(
                 drain_timeout=options["drain_timeout"],
@@ -211,6 +227,10 @@ class Command(BaseCommand):
         ]
         if limits:
             lines.append(f"  limits:      {', '.join(f'{q}={n}' for q, n in limits.items())}")
+        if options["metrics_port"] is not None:
+            first, count = options["metrics_port"], options["processes"]
+            ports = f"port {first}" if count == 1 else f"ports {first} to {first + count - 1}"
+            lines.append(f"  metrics:     Prometheus on {ports}, all addresses")
         if options["burst"]:
             lines.append("  mode:        burst (exits when nothing is left)")
         self.stdout.write("\n".join(lines))

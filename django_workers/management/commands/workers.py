@@ -51,7 +51,7 @@ class Command(BaseCommand):
         sub.add_parser(
             "status",
             parents=[common],
-            help="Live workers, and each queue's pending and running tasks.",
+            help="Live workers, and each queue's pending, running and recently ended tasks.",
         )
         listing = sub.add_parser("list", parents=[common], help="Tasks, newest first.")
         listing.add_argument("--status", type=task_status, help="Only tasks in this status.")
@@ -125,7 +125,7 @@ class Command(BaseCommand):
         if report.queues:
             self._write(table(QUEUE_COLUMNS, [queue_row(q) for q in report.queues]))
         else:
-            self._write("  no pending or running tasks")
+            self._write("  no pending, running or recently ended tasks")
 
     def do_list(self, store: WorkerStore, options: dict[str, Any]) -> None:
         authority: Authority = options["owner"] or System()
@@ -323,18 +323,7 @@ def status_json(report: operations.Status) -> dict[str, Any]:
             }
             for w in report.workers
         ],
-        "queues": [
-            {
-                "queue": q.queue,
-                "pending": q.pending,
-                "running": q.running,
-                "oldest_pending_age": (
-                    None if q.oldest_pending_age is None else round(q.oldest_pending_age, 3)
-                ),
-                "served": q.served,
-            }
-            for q in report.queues
-        ],
+        "queues": [q.to_json() for q in report.queues],
     }
 
 
@@ -350,7 +339,19 @@ WORKER_COLUMNS = (
     "WAKE-UP",
     "",
 )
-QUEUE_COLUMNS = ("QUEUE", "PENDING", "RUNNING", "OLDEST PENDING", "")
+QUEUE_COLUMNS = (
+    "QUEUE",
+    "PENDING",
+    "RETRYING",
+    "RUNNING",
+    "HELD",
+    "LIMIT",
+    "OLDEST PENDING",
+    "DONE 5M/1H",
+    "FAILED 5M/1H",
+    "WORKERS",
+    "",
+)
 LIST_COLUMNS = ("ID", "STATUS", "QUEUE", "PROGRESS", "ATTEMPTS", "CREATED", "FINISHED")
 
 
@@ -372,7 +373,19 @@ def worker_row(w: operations.WorkerState) -> list[str]:
 def queue_row(q: operations.QueueState) -> list[str]:
     age = "-" if q.oldest_pending_age is None else f"{q.oldest_pending_age:.1f} s"
     note = "no live worker serves this queue" if q.unserved else ""
-    return [q.queue, str(q.pending), str(q.running), age, note]
+    return [
+        q.queue,
+        str(q.pending),
+        str(q.retrying),
+        str(q.running),
+        str(q.held_slots),
+        "-" if q.limit is None else str(q.limit),
+        age,
+        f"{q.completed_5m}/{q.completed_1h}",
+        f"{q.failed_5m}/{q.failed_1h}",
+        str(len(q.workers)),
+        note,
+    ]
 
 
 def list_row(info: TaskInfo) -> list[str]:

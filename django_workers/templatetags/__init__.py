@@ -1,0 +1,1 @@
+"""Template tags of django_workers: ``{% load django_workers %}``."""
