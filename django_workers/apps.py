@@ -12,7 +12,7 @@ class DjangoWorkersConfig(AppConfig):
 
     def ready(self) -> None:
         # checks registers the system checks on import.
-        from django_workers import backends, checks, metrics, signals  # noqa: F401
+        from django_workers import backends, checks, signals  # noqa: F401
         from django_workers.runtime.invoke import set_context_factory
 
         # Runs of records enqueued through django.tasks send Django's own task signals,
@@ -25,5 +25,3 @@ class DjangoWorkersConfig(AppConfig):
                 backends.send_task_finished, dispatch_uid="workers-finished"
             )
         set_context_factory(backends.context_of)
-        # Counting runs costs an ended snapshot per task: only where the counters exist.
-        metrics.connect()

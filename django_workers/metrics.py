@@ -13,7 +13,7 @@ Two kinds of figures, served in two places:
   ``django_workers.urls`` serves them.
 - **Of this process's runs**: runs started, runs ended by status, and their
   durations, counted by receivers of the runtime's ``run_started`` and
-  ``run_finished`` signals (connected in ``AppConfig.ready``). They live in the
+  ``run_finished`` signals, connected by ``serve`` only. They live in the
   worker process that ran them and are served by ``runworkers --metrics-port``,
   in prometheus_client's default registry with the process's own metrics.
 """
@@ -103,10 +103,23 @@ def connect() -> bool:
     return True
 
 
+def disconnect() -> None:
+    """Stop counting this process's runs."""
+    from django_workers.signals import run_finished, run_started
+
+    run_started.disconnect(dispatch_uid="workers-metrics-started")
+    run_finished.disconnect(dispatch_uid="workers-metrics-finished")
+
+
 def serve(port: int, addr: str = "0.0.0.0") -> None:
-    """Serve this process's default registry on ``port`` (prometheus_client's own server)."""
+    """Count this process's runs and serve them on ``port`` (prometheus_client's own server).
+
+    Counting costs an ended snapshot per task, so only a process that serves the
+    counters connects them.
+    """
     if prometheus_client is None:
         raise RuntimeError(INSTALL_HINT)
+    connect()
     prometheus_client.start_http_server(port, addr=addr)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -116,6 +117,15 @@ def sample(name: str, **labels: str) -> float:
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
+@pytest.fixture
+def counting() -> Iterator[None]:
+    """This process counts its runs, as one serving ``runworkers --metrics-port`` does."""
+    assert metrics.connect()
+    yield
+    metrics.disconnect()
+
+
+@pytest.mark.usefixtures("counting")
 def test_runs_are_counted_by_queue_and_status_with_their_durations() -> None:
     store = InMemoryWorkerStore()
     queue = "metrics-counted"
