@@ -33,8 +33,14 @@ Answer = Callable[[admin.ModelAdmin, HttpRequest, str], dict[str, Any]]
 def task_now(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str) -> dict[str, Any]:
     """A task's status, progress, attempts and duration as its page shows them."""
     # Imported here, for the same reason as the workflow pages' helpers below.
-    from django_workers.admin.tasks import format_seconds, progress_bar, task_duration
+    from django_workers.admin.tasks import (
+        TaskRecordAdmin,
+        format_seconds,
+        progress_bar,
+        task_duration,
+    )
 
+    assert isinstance(model_admin, TaskRecordAdmin)
     task_id = unquote(object_id)
     if not could_be_id(task_id):
         raise Http404
@@ -47,6 +53,8 @@ def task_now(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str
         "progress": task.progress,
         "progress_html": progress_bar(task.progress),
         "attempts": task.attempts,
+        # As the page's read-only field words it ("2 of 4", "retrying: attempt 3 of 4, ...").
+        "attempts_display": model_admin.attempts_display(task),
         "duration": EMPTY if elapsed is None else format_seconds(elapsed.total_seconds()),
         "ended": task.status in TERMINAL_STATUSES,
     }

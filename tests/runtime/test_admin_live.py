@@ -50,6 +50,9 @@ def test_a_running_tasks_page_loads_the_script_and_its_json_follows_the_run() ->
     now = client.get(task_live(task_id)).json()
     assert (now["status"], now["status_display"]) == ("RUNNING", "Running")
     assert (now["progress"], now["attempts"], now["ended"]) == (40, 1, False)
+    # Worded as the page's attempts field, which the script fills in.
+    assert now["attempts_display"] == "1 of 1"
+    assert "field-attempts_display" in body
     assert 'value="40"' in now["progress_html"]
 
     end_record(store, task_id)

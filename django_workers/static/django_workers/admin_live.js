@@ -27,7 +27,7 @@
     task: function (now) {
       put(".field-status .readonly", now.status_display, true);
       put(".field-progress_display .readonly", now.progress_html);
-      put(".field-attempts .readonly", String(now.attempts), true);
+      put(".field-attempts_display .readonly", now.attempts_display, true);
       put(".field-duration_display .readonly", now.duration, true);
     },
     workflow: function (now) {
