@@ -70,7 +70,8 @@ def test_a_running_tasks_page_advances_without_a_reload_and_reloads_once_it_ends
     first = live_progress(browser)
     wait_until(lambda: live_progress(browser) >= first + 3, timeout=20, interval=0.2)
     assert same_page(browser)
-    assert browser.find_element("css selector", ".field-attempts_display .readonly").text == "1 of 1"
+    attempts = browser.find_element("css selector", ".field-attempts_display .readonly")
+    assert attempts.text == "1 of 1"
     # The status as the read-only field shows it, by its label.
     assert browser.find_element("css selector", ".field-status .readonly").text == "Running"
     browser.save_screenshot(str(artifacts_dir() / "task-live.png"))
