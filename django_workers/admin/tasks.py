@@ -13,7 +13,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
 from django_workers import clock
@@ -260,8 +260,24 @@ class TaskRecordAdmin(ReadOnlyAdmin):
 
     @admin.display(description="earlier attempts' errors")
     def errors_display(self, task: TaskRecord) -> str:
-        failures = [_failure_html(e) for e in task.errors or []]
-        return format_html("{}", "".join(failures)) if failures else EMPTY
+        earlier = earlier_failures(task.errors, task.error)
+        if not earlier:
+            return EMPTY
+        return format_html_join(
+            "",
+            "<strong>{}</strong>: {}<pre>{}</pre>",
+            ((e.get("type", ""), e.get("message", ""), e.get("traceback", "")) for e in earlier),
+        )
+
+
+def earlier_failures(
+    errors: list[dict[str, str]] | None, error: dict[str, str] | None
+) -> list[dict[str, str]]:
+    """The failures before the latest one: ``errors`` ends with ``error``, shown on its own."""
+    failures = list(errors or [])
+    if failures and error and failures[-1] == error:
+        failures.pop()
+    return failures
 
 
 def _failure_html(error: dict[str, str] | None) -> str:

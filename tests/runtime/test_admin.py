@@ -179,6 +179,21 @@ def test_change_page_shows_error_traceback_and_cancel_reason(world: World) -> No
     assert "USER" in world.client("owner").get(change_url(world.live)).content.decode().upper()
 
 
+def test_earlier_errors_are_markup_and_leave_out_the_last_attempt(world: World) -> None:
+    owner = Owner.for_user(world.users["owner"])
+    failed = submit_task("twice-broken", "tests.tasks.fail", owner)
+    first = {"type": "builtins.KeyError", "message": "first <try>", "traceback": "T1"}
+    last = {"type": "builtins.ValueError", "message": "second try", "traceback": "T2"}
+    end_record(default_store(), failed, TaskStatus.FAILED, error=last, errors=[first, last])
+    body = world.client("owner").get(change_url(failed)).content.decode()
+    earlier = body[body.index("field-errors_display") :]
+    earlier = earlier[: earlier.index("</div>\n")]
+    assert "<strong>builtins.KeyError</strong>: first &lt;try&gt;<pre>T1</pre>" in earlier
+    assert "&lt;strong&gt;" not in earlier  # markup, not escaped markup
+    assert "builtins.ValueError" not in earlier  # the last attempt is the error field's
+    assert body.count("builtins.ValueError") == 1
+
+
 def test_write_views_are_refused(world: World) -> None:
     client = world.client("superuser")
     add = reverse("admin:django_workers_taskrecord_add")
