@@ -29,6 +29,7 @@ STATE_COLOURS: Final[dict[str, tuple[str, str]]] = {
     "completed": ("#dcfce7", "#15803d"),
     "failed": ("#fee2e2", "#b91c1c"),
     "cancelled": ("#e5e7eb", "#4b5563"),
+    "cancelling": ("#f3f4f6", "#4b5563"),
     "compensating": ("#ede9fe", "#6d28d9"),
     "compensated": ("#f3e8ff", "#7e22ce"),
     "compensation_failed": ("#ffe4e6", "#be123c"),

@@ -37,6 +37,7 @@ def task_now(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str
         TaskRecordAdmin,
         format_seconds,
         progress_bar,
+        status_badge,
         task_duration,
     )
 
@@ -48,8 +49,9 @@ def task_now(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str
     elapsed = task_duration(task.started_at, task.finished_at)
     return {
         "status": task.status,
-        # As the page's read-only field shows it: the status's label.
+        # As the page's read-only field shows it: the status's label, and its coloured badge.
         "status_display": task.get_status_display(),
+        "status_html": status_badge(task),
         "progress": task.progress,
         "progress_html": progress_bar(task.progress),
         "attempts": task.attempts,

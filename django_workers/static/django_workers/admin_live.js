@@ -25,7 +25,7 @@
 
   var show = {
     task: function (now) {
-      put(".field-status .readonly", now.status_display, true);
+      put(".field-status_display .readonly", now.status_html);
       put(".field-progress_display .readonly", now.progress_html);
       put(".field-attempts_display .readonly", now.attempts_display, true);
       put(".field-duration_display .readonly", now.duration, true);
