@@ -72,7 +72,8 @@ def workflow_now(
         WorkflowRecordAdmin,
         _node_row,
         _task_change_url,
-        state_badge,
+        offered_actions,
+        state_cell,
     )
     from django_workers.workflow_svg import workflow_svg
 
@@ -86,7 +87,9 @@ def workflow_now(
     )
     return {
         "state": info.state,
-        "state_html": state_badge(info.state),
+        "state_html": state_cell(info),
+        # The buttons the page offers; once they would differ, the script reloads the page.
+        "actions": offered_actions(info),
         "picture": workflow_svg(info, _task_change_url),
         "nodes_html": rows,
         "ended": info.is_finished,

@@ -152,16 +152,15 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
             "title": f"Workflow {info.id}",
             "workflow": info,
             "owner": owner.get(info.owner or "", "(system)"),
-            "state": state_badge(info.state),
+            "state": state_cell(info),
+            "actions": offered_actions(info),
             "picture": workflow_svg(info, _task_change_url),
             "nodes": [_node_row(node) for node in info.nodes],
             "legend": [state_badge(s) for s in (*NODE_STATES, *(("idle",) if has_undo else ()))],
-            "can_cancel": info.state == "running",
+            "can_cancel": offered_actions(info) == "cancel",
             # Without undo steps to skip, "without undo" would be the same button twice.
             "offers_no_undo": has_undo and info.undo_on_cancel,
-            # A cancel that undoes is pending: all that may still be asked is to drop the undo.
-            "can_drop_undo": info.cancel_pending and bool(info.cancel_undo),
-            "cancel_note": _pending_note(info),
+            "can_drop_undo": offered_actions(info) == "drop-undo",
             "has_undo": has_undo,
             "live_interval": POLL_INTERVAL_MS,
             **(extra_context or {}),
@@ -328,6 +327,24 @@ def _node_row(node: WorkflowNodeInfo) -> dict[str, Any]:
         "undo_state": state_badge(undo.state) if undo else "",
         "undo_url": _task_change_url(undo.task_id) if undo and undo.task_id else None,
     }
+
+
+def state_cell(info: WorkflowInfo) -> str:
+    """The page's state: its label, and a note while a cancel waits for running steps."""
+    note = _pending_note(info)
+    if not note:
+        return state_badge(info.state)
+    return format_html('{} <span class="dw-cancel-note">{}</span>', state_badge(info.state), note)
+
+
+def offered_actions(info: WorkflowInfo) -> str:
+    """What the page's buttons may ask now: ``cancel``, ``drop-undo`` or nothing."""
+    if info.state == "running":
+        return "cancel"
+    # A cancel that undoes is pending: all that may still be asked is to drop the undo.
+    if info.cancel_pending and info.cancel_undo:
+        return "drop-undo"
+    return ""
 
 
 def _pending_note(info: WorkflowInfo) -> str:
