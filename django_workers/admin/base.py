@@ -107,7 +107,8 @@ def user_labels(
     """
     ids = [uid for uid in user_ids if uid]
     labels = {uid: uid for uid in ids}
-    user_admin = admin_site._registry.get(get_user_model())
+    model = get_user_model()
+    user_admin = admin_site.get_model_admin(model) if admin_site.is_registered(model) else None
     for uid, user in users_by_id(ids).items():
         may_open = user_admin is not None and user_admin.has_view_permission(request, user)
         url = _change_url(user) if may_open else None
@@ -120,10 +121,13 @@ def user_labels(
 
 def _pk_of(user_id: str) -> Any:
     """The user model's primary key for an owner id, or None if no user could have it."""
+    field = get_user_model()._meta.pk
     try:
-        return get_user_model()._meta.pk.to_python(user_id)
+        value = field.to_python(user_id)
+        field.run_validators(value)  # an integer past the column's range, say
     except (ValidationError, ValueError, TypeError):
         return None
+    return value
 
 
 def _change_url(user: Any) -> str | None:

@@ -197,17 +197,14 @@ class TaskRecordAdmin(ReadOnlyAdmin):
         self, request: HttpRequest, object_id: str, from_field: str | None = None
     ) -> TaskRecord | None:
         task = super().get_object(request, object_id, from_field)
-        if task is not None:
-            name_owners([task], request, self.admin_site)
-            grants = task.watcher_rows.order_by("user_id").values_list("user_id", flat=True)
-            # As the API lists them: the owner first, then the grants.
-            watchers = [
-                *([task.owner] if task.owner else []),
-                *(w for w in grants if w != task.owner),
-            ]
-            task.watcher_labels = [
-                user_labels(watchers, request, self.admin_site)[w] for w in watchers
-            ]
+        if task is None:
+            return None
+        grants = task.watcher_rows.order_by("user_id").values_list("user_id", flat=True)
+        # As the API lists them: the owner first, then the grants.
+        watchers = [*([task.owner] if task.owner else []), *(w for w in grants if w != task.owner)]
+        labels = user_labels(watchers, request, self.admin_site)
+        task.owner_label = labels.get(task.owner) if task.owner else None
+        task.watcher_labels = [labels[w] for w in watchers]
         return task
 
     def _visible_task(self, request: HttpRequest, object_id: str) -> TaskRecord:

@@ -435,6 +435,14 @@ def test_filters_by_created_date_owner_and_task_path(world: World) -> None:
     assert owners[sam] == "sam"
 
 
+@pytest.mark.parametrize("owner", ["ann", "9" * 30, "-1"])
+def test_an_owner_id_that_names_no_user_is_shown_as_it_is(world: World, owner: str) -> None:
+    task_id = submit_task("odd-owner", "tests.tasks.add", Owner(owner), args=[1, 2])
+    client = world.client("superuser")
+    assert owner in client.get(reverse(CHANGELIST)).content.decode()
+    assert owner in client.get(change_url(task_id)).content.decode()
+
+
 def test_the_owner_filter_offers_only_owners_the_viewer_may_see(world: World) -> None:
     filters = world.client("stranger").get(reverse(CHANGELIST)).context["cl"].filter_specs
     [owners] = [spec for spec in filters if spec.title == "owner"]
