@@ -135,9 +135,6 @@ GET_NOT_CANCEL = _error(
     "GET never cancels: the answer's Allow header lists the methods of this path (PATCH cancels)."
 )
 
-#: The query parameter by which a client may choose the answer's encoding (DRF's).
-FORMAT_PARAMETER = "format"
-
 
 class WorkersNegotiation(DefaultContentNegotiation):
     """DRF's negotiation, answering an unknown ``?format=`` 406 rather than 404."""
@@ -172,7 +169,9 @@ class WorkersAPIView(APIView):
 
     def check_query_parameters(self, request: Request) -> None:
         """Refuse a parameter the route does not read, or one given more than once."""
-        known = self.query_parameters | {FORMAT_PARAMETER}
+        # DRF's own parameter that picks the answer's encoding (?format=json), if the site has it.
+        override = api_settings.URL_FORMAT_OVERRIDE
+        known = self.query_parameters | ({override} if override else set())
         for name, values in request.query_params.lists():
             if name not in known:
                 takes = ", ".join(sorted(known))
