@@ -128,9 +128,6 @@ def test_watch_a_task_advance_and_cancel_it_from_its_page(
 
     browser.find_element(By.CSS_SELECTOR, "button.dw-cancel").click()
     wait_until(lambda: "was cancelled" in browser.page_source, timeout=10)
-    # The cancel shows at once: not "running" while crunch stops and the undo runs.
-    state = browser.find_element(By.CSS_SELECTOR, ".dw-summary .dw-state-cell .dw-state").text
-    assert state in ("compensating", "compensated")
     assert "CANCELLED" in browser.page_source
     browser.save_screenshot(str(shots / "task-cancelled.png"))
     assert get_task_status(task_id, System()).status == TaskStatus.CANCELLED
