@@ -37,6 +37,7 @@ def task_now(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str
         TaskRecordAdmin,
         format_seconds,
         progress_bar,
+        status_badge,
         task_duration,
     )
 
@@ -48,8 +49,9 @@ def task_now(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str
     elapsed = task_duration(task.started_at, task.finished_at)
     return {
         "status": task.status,
-        # As the page's read-only field shows it: the status's label.
+        # As the page's read-only field shows it: the status's label, and its coloured badge.
         "status_display": task.get_status_display(),
+        "status_html": status_badge(task),
         "progress": task.progress,
         "progress_html": progress_bar(task.progress),
         "attempts": task.attempts,
@@ -70,7 +72,8 @@ def workflow_now(
         WorkflowRecordAdmin,
         _node_row,
         _task_change_url,
-        state_badge,
+        offered_actions,
+        state_cell,
     )
     from django_workers.workflow_svg import workflow_svg
 
@@ -84,7 +87,9 @@ def workflow_now(
     )
     return {
         "state": info.state,
-        "state_html": state_badge(info.state),
+        "state_html": state_cell(info),
+        # The buttons the page offers; once they would differ, the script reloads the page.
+        "actions": offered_actions(info),
         "picture": workflow_svg(info, _task_change_url),
         "nodes_html": rows,
         "ended": info.is_finished,

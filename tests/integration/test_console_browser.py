@@ -73,7 +73,7 @@ def test_a_running_tasks_page_advances_without_a_reload_and_reloads_once_it_ends
     attempts = browser.find_element("css selector", ".field-attempts_display .readonly")
     assert attempts.text == "1 of 1"
     # The status as the read-only field shows it, by its label.
-    assert browser.find_element("css selector", ".field-status .readonly").text == "Running"
+    assert browser.find_element("css selector", ".field-status_display .readonly").text == "Running"
     browser.save_screenshot(str(artifacts_dir() / "task-live.png"))
 
     from django_workers import cancel_task
