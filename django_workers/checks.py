@@ -100,6 +100,7 @@ def check_workers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
     errors += _retention()
     errors += _schedules()
     errors += _metrics_token()
+    errors += _task_modules()
     return errors
 
 
@@ -350,6 +351,23 @@ def _metrics_token() -> list[CheckMessage]:
             "print(secrets.token_urlsafe(32))', read from the environment; or None to open "
             "the metrics to staff only.",
             id="django_workers.E021",
+        )
+    ]
+
+
+def _task_modules() -> list[CheckMessage]:
+    prefixes = workers_settings.TASK_MODULES
+    if isinstance(prefixes, list | tuple) and all(
+        isinstance(p, str) and p and all(part.isidentifier() for part in p.split("."))
+        for p in prefixes
+    ):
+        return []
+    return [
+        Error(
+            f"DJANGO_WORKERS['TASK_MODULES'] must be a list of module names, got {prefixes!r}.",
+            hint="List the module prefixes, besides installed apps, whose functions run as "
+            'tasks, e.g. ["myproject.jobs"]; a worker refuses a task outside them.',
+            id="django_workers.E022",
         )
     ]
 

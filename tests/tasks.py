@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict
+
+# A function of another module, imported into this installed app's module: a path naming
+# it here (tests.tasks.getoutput) is no task, and is refused.
+from subprocess import getoutput  # noqa: F401
 from typing import Any
 
 from django.tasks import TaskContext, task
@@ -633,3 +637,4 @@ def return_early_when_asked(name: str, limit: float = 30.0) -> str:
             return "stopped early"
         time.sleep(0.01)
     return "ran to its end"
+

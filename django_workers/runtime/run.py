@@ -38,6 +38,7 @@ from django_workers.exceptions import (
     ResultTooLarge,
     Retry,
     TaskCancelled,
+    TaskNotAllowed,
     TaskTimeoutError,
 )
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
@@ -232,7 +233,7 @@ def _may_retry(handle: RunHandle, error: BaseException) -> bool:
     reason = handle.token.reason
     if reason is not CancelReason.NONE and reason is not CancelReason.SHUTDOWN:
         return False  # cancelled, timed out or superseded: no attempt after this one
-    if isinstance(error, TaskTimeoutError | TaskCancelled):
+    if isinstance(error, TaskTimeoutError | TaskCancelled | TaskNotAllowed):
         return False
     return handle._attempts <= handle.info.options.retries
 
