@@ -16,6 +16,7 @@ from django_workers.api import (
 )
 from django_workers.authority import Owner, System, owner_of, scoped_task_key
 from django_workers.cancellation import CancelReason
+from django_workers.decorator import task
 from django_workers.exceptions import (
     ArgumentsNotSerializable,
     ArgumentsTooLarge,
@@ -120,5 +121,6 @@ __all__ = [
     "submit",
     "submit_task",
     "submit_tasks",
+    "task",
     "update_progress",
 ]
