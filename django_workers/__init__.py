@@ -6,6 +6,8 @@ from importlib import metadata
 
 from django_workers.api import (
     TaskSubmission,
+    asubmit_task,
+    asubmit_tasks,
     aupdate_progress,
     cancel_task,
     get_all_tasks,
@@ -40,7 +42,7 @@ from django_workers.exceptions import (
     WorkersError,
     WorkflowExists,
 )
-from django_workers.handles import TaskHandle, open_task, submit
+from django_workers.handles import TaskHandle, asubmit, open_task, submit
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, cancel_reason, cancel_requested
 from django_workers.live import current_run
 from django_workers.options import TaskOptions
@@ -100,6 +102,9 @@ __all__ = [
     "WorkflowHandle",
     "WorkflowInfo",
     "WorkflowNotFound",
+    "asubmit",
+    "asubmit_task",
+    "asubmit_tasks",
     "aupdate_progress",
     "cancel_reason",
     "cancel_requested",
