@@ -19,7 +19,8 @@ from django.utils.module_loading import import_string
 
 from django_workers.bounds import CONCURRENCY_MAX, COUNT_MAX, SECONDS_MAX
 from django_workers.conf import DEFAULTS, workers_settings
-from django_workers.exceptions import TaskNotImportable
+from django_workers.exceptions import InvalidTaskOptions, TaskNotImportable
+from django_workers.options import TaskOptions
 from django_workers.references import resolve
 
 #: The keys a DJANGO_WORKERS["QUEUES"] entry may have.
@@ -429,7 +430,24 @@ def _schedules() -> list[CheckMessage]:
                     id="django_workers.E018",
                 )
             )
+        if schedule.options is not None:
+            errors += _schedule_options(key, schedule.options)
     return errors
+
+
+def _schedule_options(key: str, options: TaskOptions) -> list[CheckMessage]:
+    """The exception paths of a schedule's options, imported now rather than at its first tick."""
+    try:
+        options.checked()
+    except InvalidTaskOptions as e:
+        return [
+            Error(
+                f"Schedule {key!r}: {e}",
+                hint="Name exception classes that import, in retry_on and retry_never.",
+                id="django_workers.E017",
+            )
+        ]
+    return []
 
 
 def check_migrations_applied(
