@@ -18,6 +18,7 @@ from django_workers import InvalidTaskOptions, TaskNotAllowed, TaskNotImportable
 from django_workers.checks import check_workers_settings
 from django_workers.options import MAX_EXCEPTIONS
 from django_workers.references import declared_options, module_allowed, resolve, task_reference
+from django_workers.stores.rows import options_of
 from django_workers.submission import effective_options
 from tests import tasks
 
@@ -220,3 +221,12 @@ def test_a_task_modules_setting_that_is_no_list_of_modules_is_reported(value: An
 def test_a_task_modules_setting_of_module_names_passes_the_check() -> None:
     with override_settings(DJANGO_WORKERS={"TASK_MODULES": ["shop", "myproject.jobs"]}):
         assert not [e for e in check_workers_settings() if e.id == "django_workers.E022"]
+
+
+def test_stored_retry_rules_are_read_once_for_each_distinct_value() -> None:
+    stored = {"retries": 1, "retry_jitter": True, "retry_on": ["builtins.KeyError"]}
+    first = options_of(dict(stored, retry_on=["builtins.KeyError"]))
+    assert options_of(dict(stored, retry_on=["builtins.KeyError"])) is first
+    other = options_of(dict(stored, retry_on=["builtins.OSError"]))
+    assert other.retry_on == ("builtins.OSError",)
+    assert first.retry_on == ("builtins.KeyError",)
