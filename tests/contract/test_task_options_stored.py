@@ -66,7 +66,9 @@ def test_retry_rules_round_trip_through_a_workflow_node_and_its_undo(store: Work
     assert options_of(store, node.task_id) == STORED
 
 
-def test_the_declared_defaults_apply_by_path_by_callable_and_as_a_task(store: WorkerStore) -> None:
+def test_the_declared_defaults_apply_by_path_callable_task_handle_and_node(
+    store: WorkerStore,
+) -> None:
     declared = TaskOptions(
         retries=3, retry_backoff=0.05, retry_jitter=False, retry_on=[ConnectionError], timeout=60
     )
@@ -80,6 +82,9 @@ def test_the_declared_defaults_apply_by_path_by_callable_and_as_a_task(store: Wo
         for n, ref in enumerate(refs)
     ]
     ids.append(submit("handle", refs[0], ALICE, args=["down"], store=store).id)
+    wf = Workflow("declared", ALICE)
+    wf.add("node", refs[2], args=["down"])
+    ids += [node.task_id for node in wf.submit(store).status().nodes]
     for task_id in ids:
         assert options_of(store, task_id) == declared
 
