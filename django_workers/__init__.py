@@ -51,6 +51,7 @@ from django_workers.stores import default_store, set_queue_authorizer, set_watch
 from django_workers.workflows import (
     Workflow,
     WorkflowAlreadyFinished,
+    WorkflowCancelNarrows,
     WorkflowHandle,
     WorkflowInfo,
     WorkflowNotFound,
@@ -98,6 +99,7 @@ __all__ = [
     "WorkersError",
     "Workflow",
     "WorkflowAlreadyFinished",
+    "WorkflowCancelNarrows",
     "WorkflowExists",
     "WorkflowHandle",
     "WorkflowInfo",

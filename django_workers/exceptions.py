@@ -236,6 +236,23 @@ class WorkflowAlreadyFinished(WorkersError):
         )
 
 
+class WorkflowCancelNarrows(WorkersError):
+    """A cancel without undo met an accepted cancel that undoes completed steps."""
+
+    code = "cancel_narrows"
+
+    def __init__(self, workflow_id: str, undos: Iterable[str]) -> None:
+        self.workflow_id = workflow_id
+        #: The nodes whose undo steps that cancel would drop.
+        self.undos = tuple(undos)
+        named = ", ".join(self.undos) or "none has completed yet"
+        super().__init__(
+            f"Workflow {workflow_id!r} is already being cancelled with undo; the undo steps of "
+            f"its completed nodes ({named}) are to run. A cancel without undo would drop them: "
+            "ask for that explicitly (drop_undo=True) if that is what you want."
+        )
+
+
 class WorkflowExists(WorkersError):
     """A different workflow plan was already submitted under this id."""
 

@@ -206,6 +206,20 @@ class WorkflowRecordQuerySet(models.QuerySet["WorkflowRecord"]):
     def newest_first(self) -> WorkflowRecordQuerySet:
         return self.order_by("-created_at", "-id")
 
+    def in_state(self, shown: str) -> WorkflowRecordQuerySet:
+        """Workflows a reader sees in the state ``shown`` (``cancelling`` included)."""
+        from django_workers.workflows.records import state_columns
+
+        match = models.Q(pk__in=[])
+        for columns in state_columns(shown):
+            match |= models.Q(
+                *(
+                    models.Q(**{f"{c}__isnull": True}) if v is None else models.Q(**{c: v})
+                    for c, v in columns.items()
+                )
+            )
+        return self.filter(match)
+
 
 class WorkflowRecord(models.Model):
     """One workflow: its plan's hash, its state, and where each node is.

@@ -4,7 +4,10 @@ Pure: ``workflow_svg`` reads a ``WorkflowInfo`` and returns markup, with
 every name escaped; it reads no model and no setting. A node sits in the
 column of its depth (the longest path from a root), its undo step in a small
 box under it; each carries a ``<title>`` and text labels, so the picture does
-not depend on colour alone. The admin's workflow page shows it; a site may
+not depend on colour alone. An edge between neighbouring columns is a curve
+in the gap between them; a longer one runs in the gaps around the boxes (down
+the gap after its start's column, along a lane between two rows, up the gap
+before its end's column), so no edge crosses a box. The admin's workflow page shows it; a site may
 serve it from its own views.
 """
 
@@ -29,6 +32,7 @@ STATE_COLOURS: Final[dict[str, tuple[str, str]]] = {
     "completed": ("#dcfce7", "#15803d"),
     "failed": ("#fee2e2", "#b91c1c"),
     "cancelled": ("#e5e7eb", "#4b5563"),
+    "cancelling": ("#f3f4f6", "#4b5563"),
     "compensating": ("#ede9fe", "#6d28d9"),
     "compensated": ("#f3e8ff", "#7e22ce"),
     "compensation_failed": ("#ffe4e6", "#be123c"),
@@ -43,6 +47,8 @@ UNDO_GAP: Final = 8
 COLUMN_GAP: Final = 64
 ROW_GAP: Final = 22
 MARGIN: Final = 12
+#: How far edges that share a lane are set apart from its middle, in turn.
+LANE_SHIFTS: Final = (0, -6, 6, -3, 3)
 #: Longer names are cut in the box; the node's <title> and the page's table hold them whole.
 LABEL_CHARS: Final = 21
 
@@ -85,9 +91,12 @@ def workflow_svg(info: WorkflowInfo, task_url: TaskUrl | None = None) -> SafeStr
     width = max((box.x for box in boxes.values()), default=0) + NODE_WIDTH + MARGIN
     height = max((box.y for box in boxes.values()), default=0) + slot - ROW_GAP + MARGIN
     tag = hashlib.sha256(info.id.encode()).hexdigest()[:10]
+    edges, lowest = _edges(boxes, slot, tag)
+    # A lane below the last row lies in the bottom margin: make room for it.
+    height = max(height, lowest + MARGIN)
     parts = [
         _defs(tag),
-        *_edges(boxes, tag),
+        *edges,
         *(_node(box, link) for box in boxes.values()),
     ]
     return format_html(
@@ -141,9 +150,15 @@ def _defs(tag: str) -> str:
     )
 
 
-def _edges(boxes: dict[str, _Box], tag: str) -> list[str]:
-    """One curve per dependency, from the right side of the dependency to the left of the node."""
+def _edges(boxes: dict[str, _Box], slot: int, tag: str) -> tuple[list[str], int]:
+    """One line per dependency, right side of the dependency to the left of the node.
+
+    Also answers the lowest y an edge reaches.
+    """
     edges: list[str] = []
+    lowest = 0
+    rows = _lanes(boxes, slot)
+    used: dict[int, int] = {}
     for box in boxes.values():
         for dep in box.node.deps:
             start = boxes.get(dep)
@@ -152,27 +167,39 @@ def _edges(boxes: dict[str, _Box], tag: str) -> list[str]:
             x1, y1 = start.x + NODE_WIDTH, start.y + NODE_HEIGHT // 2
             x2, y2 = box.x, box.y + NODE_HEIGHT // 2
             bend = COLUMN_GAP // 2
+            if x2 - x1 <= COLUMN_GAP:
+                # Neighbouring columns: a curve that stays in the gap between them.
+                d = f"M {x1} {y1} C {x1 + bend} {y1}, {x2 - bend} {y2}, {x2} {y2}"
+            else:
+                lane = min(rows, key=lambda y: (abs(y - y1) + abs(y - y2), y))
+                # Edges sharing a lane are set a little apart, so each can be followed.
+                shift = LANE_SHIFTS[used.get(lane, 0) % len(LANE_SHIFTS)]
+                used[lane] = used.get(lane, 0) + 1
+                y = lane + shift
+                lowest = max(lowest, y)
+                d = (
+                    f"M {x1} {y1} L {x1 + bend} {y1} L {x1 + bend} {y} L {x2 - bend} {y} "
+                    f"L {x2 - bend} {y2} L {x2} {y2}"
+                )
             edges.append(
                 format_html(
-                    '<path class="dw-edge" data-from="{}" data-to="{}" '
-                    'd="M {} {} C {} {}, {} {}, {} {}" fill="none" stroke="#64748b" '
-                    'stroke-width="1.5"{} marker-end="url(#dw-arrow-{})"/>',
+                    '<path class="dw-edge" data-from="{}" data-to="{}" d="{}" fill="none" '
+                    'stroke="#64748b" stroke-width="1.5"{} marker-end="url(#dw-arrow-{})"/>',
                     dep,
                     box.node.name,
-                    x1,
-                    y1,
-                    x1 + bend,
-                    y1,
-                    x2 - bend,
-                    y2,
-                    x2,
-                    y2,
+                    d,
                     # An .always() node runs whatever its dependencies did: a dashed line.
                     mark_safe(' stroke-dasharray="5 3"') if box.node.always else "",
                     tag,
                 )
             )
-    return edges
+    return edges, lowest
+
+
+def _lanes(boxes: dict[str, _Box], slot: int) -> list[int]:
+    """The y of each lane: the middle of the gap below each row, in every column alike."""
+    rows = max((box.y for box in boxes.values()), default=MARGIN) - MARGIN
+    return [MARGIN + row * slot + slot - ROW_GAP // 2 for row in range(rows // slot + 1)]
 
 
 def _node(box: _Box, link: TaskUrl) -> str:

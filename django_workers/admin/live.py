@@ -33,8 +33,15 @@ Answer = Callable[[admin.ModelAdmin, HttpRequest, str], dict[str, Any]]
 def task_now(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str) -> dict[str, Any]:
     """A task's status, progress, attempts and duration as its page shows them."""
     # Imported here, for the same reason as the workflow pages' helpers below.
-    from django_workers.admin.tasks import format_seconds, progress_bar, task_duration
+    from django_workers.admin.tasks import (
+        TaskRecordAdmin,
+        format_seconds,
+        progress_bar,
+        status_badge,
+        task_duration,
+    )
 
+    assert isinstance(model_admin, TaskRecordAdmin)
     task_id = unquote(object_id)
     if not could_be_id(task_id):
         raise Http404
@@ -42,11 +49,14 @@ def task_now(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str
     elapsed = task_duration(task.started_at, task.finished_at)
     return {
         "status": task.status,
-        # As the page's read-only field shows it: the status's label.
+        # As the page's read-only field shows it: the status's label, and its coloured badge.
         "status_display": task.get_status_display(),
+        "status_html": status_badge(task),
         "progress": task.progress,
         "progress_html": progress_bar(task.progress),
         "attempts": task.attempts,
+        # As the page's read-only field words it ("2 of 4", "retrying: attempt 3 of 4, ...").
+        "attempts_display": model_admin.attempts_display(task),
         "duration": EMPTY if elapsed is None else format_seconds(elapsed.total_seconds()),
         "ended": task.status in TERMINAL_STATUSES,
     }
@@ -62,7 +72,8 @@ def workflow_now(
         WorkflowRecordAdmin,
         _node_row,
         _task_change_url,
-        state_badge,
+        offered_actions,
+        state_cell,
     )
     from django_workers.workflow_svg import workflow_svg
 
@@ -76,7 +87,9 @@ def workflow_now(
     )
     return {
         "state": info.state,
-        "state_html": state_badge(info.state),
+        "state_html": state_cell(info),
+        # The buttons the page offers; once they would differ, the script reloads the page.
+        "actions": offered_actions(info),
         "picture": workflow_svg(info, _task_change_url),
         "nodes_html": rows,
         "ended": info.is_finished,

@@ -13,18 +13,22 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path, reverse
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
 from django_workers import clock
 from django_workers.admin.base import (
     EMPTY,
+    OwnerFilter,
     ReadOnlyAdmin,
+    badge,
     cancel_each,
     could_be_id,
     is_active_staff,
+    name_owners,
     report,
     selected_ids,
+    user_labels,
 )
 from django_workers.admin.live import POLL_INTERVAL_MS, live_url, task_now
 from django_workers.admin.retrying import may_retry, retry_selected, retry_url
@@ -42,7 +46,7 @@ FIELD_GROUPS: tuple[tuple[str | None, tuple[str, ...]], ...] = (
     (
         "Run",
         (
-            "status",
+            "status_display",
             "progress_display",
             "attempts_display",
             "cancel_reason",
@@ -58,7 +62,7 @@ FIELD_GROUPS: tuple[tuple[str | None, tuple[str, ...]], ...] = (
     ("Call", ("task_path", "args_display", "kwargs_display", "queue", "priority")),
     ("Options", ("options_display",)),
     ("Outcome", ("result_display", "error_display", "errors_display")),
-    ("Workflow", ("workflow", "node")),
+    ("Workflow", ("workflow_display", "node")),
 )
 READ_ONLY_FIELDS = [field for _name, fields in FIELD_GROUPS for field in fields]
 
@@ -102,6 +106,23 @@ def pretty_json(value: Any) -> str:
     return format_html("<pre>{}</pre>", json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
+class TaskPathFilter(admin.SimpleListFilter):
+    """The task paths of the tasks the viewer may see."""
+
+    title = "task"
+    parameter_name = "task_path"
+    #: Most paths offered; beyond that, search.
+    MOST = 50
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        visible = model_admin.get_queryset(request).order_by("task_path")
+        paths = visible.values_list("task_path", flat=True).distinct()[: self.MOST]
+        return [(task_path, task_path) for task_path in paths]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        return queryset.filter(task_path=self.value()) if self.value() else queryset
+
+
 @admin.register(TaskRecord)
 class TaskRecordAdmin(ReadOnlyAdmin):
     """Tasks the signed-in user may see; a Cancel button and a "Cancel selected" action."""
@@ -110,13 +131,20 @@ class TaskRecordAdmin(ReadOnlyAdmin):
         "id",
         "owner_display",
         "queue",
-        "status",
+        "status_display",
+        "task_path",
         "progress_display",
         "attempts_display",
         "duration_display",
         "created_at",
     )
-    list_filter = ("status", "queue")
+    list_filter = (
+        "status",
+        "queue",
+        ("created_at", admin.DateFieldListFilter),
+        OwnerFilter,
+        TaskPathFilter,
+    )
     search_fields = ("id", "key", "owner")
     ordering = ("-created_at", "-id")
     actions = ("cancel_selected", retry_selected)
@@ -159,6 +187,25 @@ class TaskRecordAdmin(ReadOnlyAdmin):
     ) -> HttpResponse:
         self._visible_task(request, object_id)
         return super().history_view(request, object_id, extra_context)
+
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        name_owners(changelist.result_list, request, self.admin_site)
+        return changelist
+
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> TaskRecord | None:
+        task = super().get_object(request, object_id, from_field)
+        if task is None:
+            return None
+        grants = task.watcher_rows.order_by("user_id").values_list("user_id", flat=True)
+        # As the API lists them: the owner first, then the grants.
+        watchers = [*([task.owner] if task.owner else []), *(w for w in grants if w != task.owner)]
+        labels = user_labels(watchers, request, self.admin_site)
+        task.owner_label = labels.get(task.owner) if task.owner else None
+        task.watcher_labels = [labels[w] for w in watchers]
+        return task
 
     def _visible_task(self, request: HttpRequest, object_id: str) -> TaskRecord:
         """The task, or 404 when it is missing or not visible (the two look alike)."""
@@ -212,7 +259,21 @@ class TaskRecordAdmin(ReadOnlyAdmin):
 
     @admin.display(description="owner", ordering="owner")
     def owner_display(self, task: TaskRecord) -> str:
-        return task.owner if task.owner is not None else "(global)"
+        if task.owner is None:
+            return "(global)"
+        return getattr(task, "owner_label", None) or task.owner
+
+    @admin.display(description="status", ordering="status")
+    def status_display(self, task: TaskRecord) -> str:
+        return status_badge(task)
+
+    @admin.display(description="workflow", ordering="workflow")
+    def workflow_display(self, task: TaskRecord) -> str:
+        """The workflow a node's task belongs to, linked to its page."""
+        if not task.workflow:
+            return EMPTY
+        url = reverse("admin:django_workers_workflowrecord_change", args=[quote(task.workflow)])
+        return format_html('<a href="{}">{}</a>', url, task.workflow)
 
     @admin.display(description="progress", ordering="progress")
     def progress_display(self, task: TaskRecord) -> str:
@@ -236,7 +297,8 @@ class TaskRecordAdmin(ReadOnlyAdmin):
 
     @admin.display(description="watchers")
     def watchers_display(self, task: TaskRecord) -> str:
-        return ", ".join(task.watcher_rows.order_by("user_id").values_list("user_id", flat=True))
+        labels = getattr(task, "watcher_labels", [])
+        return format_html_join(", ", "{}", ((label,) for label in labels)) if labels else EMPTY
 
     @admin.display(description="args")
     def args_display(self, task: TaskRecord) -> str:
@@ -260,8 +322,29 @@ class TaskRecordAdmin(ReadOnlyAdmin):
 
     @admin.display(description="earlier attempts' errors")
     def errors_display(self, task: TaskRecord) -> str:
-        failures = [_failure_html(e) for e in task.errors or []]
-        return format_html("{}", "".join(failures)) if failures else EMPTY
+        earlier = earlier_failures(task.errors, task.error)
+        if not earlier:
+            return EMPTY
+        return format_html_join(
+            "",
+            "<strong>{}</strong>: {}<pre>{}</pre>",
+            ((e.get("type", ""), e.get("message", ""), e.get("traceback", "")) for e in earlier),
+        )
+
+
+def earlier_failures(
+    errors: list[dict[str, str]] | None, error: dict[str, str] | None
+) -> list[dict[str, str]]:
+    """The failures before the latest one: ``errors`` ends with ``error``, shown on its own."""
+    failures = list(errors or [])
+    if failures and error and failures[-1] == error:
+        failures.pop()
+    return failures
+
+
+def status_badge(task: TaskRecord) -> str:
+    """A task's status as a label in the colours of the workflow picture's states."""
+    return badge(task.status.lower(), task.get_status_display())
 
 
 def _failure_html(error: dict[str, str] | None) -> str:
@@ -282,5 +365,8 @@ def _cancel(task_id: str, request: HttpRequest) -> tuple[str, int] | None:
     except TaskNotFound:
         return None
     except TaskAlreadyFinished as e:
-        return f"Task {task_id} has already ended ({e}).", messages.WARNING
+        return (
+            f"Task {task_id} has already ended ({e.status}); nothing was cancelled.",
+            messages.WARNING,
+        )
     return f"Task {task_id} was cancelled.", messages.SUCCESS

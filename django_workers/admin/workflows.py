@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
@@ -21,19 +21,27 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST, require_safe
 
 from django_workers.admin.base import (
+    OwnerFilter,
     ReadOnlyAdmin,
+    badge,
     cancel_each,
     could_be_id,
     is_active_staff,
+    name_owners,
     report,
     selected_ids,
+    user_labels,
 )
 from django_workers.admin.live import POLL_INTERVAL_MS, live_url, workflow_now
 from django_workers.authority import user_id_of
-from django_workers.exceptions import WorkflowAlreadyFinished, WorkflowNotFound
-from django_workers.models import WorkflowRecord
+from django_workers.exceptions import (
+    WorkflowAlreadyFinished,
+    WorkflowCancelNarrows,
+    WorkflowNotFound,
+)
+from django_workers.models import WorkflowRecord, WorkflowRecordQuerySet
 from django_workers.web_authority import authority_for_user
-from django_workers.workflow_svg import colours, workflow_svg
+from django_workers.workflow_svg import workflow_svg
 from django_workers.workflows import (
     WorkflowInfo,
     WorkflowNodeInfo,
@@ -41,19 +49,12 @@ from django_workers.workflows import (
     get_workflow_status,
 )
 from django_workers.workflows.handles import STATES as WORKFLOW_STATES
+from django_workers.workflows.records import shown_state
 
 
 def state_badge(state: str) -> str:
     """A workflow's, node's or undo's state as a small label in its picture's colours."""
-    fill, stroke = colours(state)
-    return format_html(
-        '<span class="dw-state dw-state-{}" style="background:{};border:1px solid {};'
-        'color:#111827;padding:0 6px;border-radius:8px;white-space:nowrap">{}</span>',
-        state,
-        fill,
-        stroke,
-        state,
-    )
+    return badge(state, state)
 
 
 def node_counts(nodes: Iterable[dict[str, Any]]) -> Counter[str]:
@@ -68,7 +69,7 @@ NODE_ENDS = ("completed", "failed", "cancelled")
 
 
 class WorkflowStateFilter(admin.SimpleListFilter):
-    """Every workflow state, whichever the user's workflows happen to be in."""
+    """Every workflow state as shown, whichever the user's workflows happen to be in."""
 
     title = "state"
     parameter_name = "state"
@@ -77,7 +78,10 @@ class WorkflowStateFilter(admin.SimpleListFilter):
         return [(state, state.replace("_", " ")) for state in WORKFLOW_STATES]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        return queryset.filter(state=self.value()) if self.value() else queryset
+        value = self.value()
+        if value not in WORKFLOW_STATES:
+            return queryset
+        return cast(WorkflowRecordQuerySet, queryset).in_state(value)
 
 
 @admin.register(WorkflowRecord)
@@ -92,7 +96,7 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
         "created_at",
         "finished_at",
     )
-    list_filter = (WorkflowStateFilter,)
+    list_filter = (WorkflowStateFilter, ("created_at", admin.DateFieldListFilter), OwnerFilter)
     search_fields = ("id", "key", "owner")
     ordering = ("-created_at", "-id")
     actions = ("cancel_selected", "cancel_selected_without_undo")
@@ -141,18 +145,22 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
         """The workflow, its DAG's picture and its nodes; 404 when missing or not visible."""
         info = self._visible_workflow(request, object_id)
         has_undo = any(node.undo is not None for node in info.nodes)
+        owner = user_labels([info.owner], request, self.admin_site) if info.owner else {}
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": f"Workflow {info.id}",
             "workflow": info,
-            "state": state_badge(info.state),
+            "owner": owner.get(info.owner or "", "(system)"),
+            "state": state_cell(info),
+            "actions": offered_actions(info),
             "picture": workflow_svg(info, _task_change_url),
             "nodes": [_node_row(node) for node in info.nodes],
             "legend": [state_badge(s) for s in (*NODE_STATES, *(("idle",) if has_undo else ()))],
-            "can_cancel": info.state == "running",
+            "can_cancel": offered_actions(info) == "cancel",
             # Without undo steps to skip, "without undo" would be the same button twice.
             "offers_no_undo": has_undo and info.undo_on_cancel,
+            "can_drop_undo": offered_actions(info) == "drop-undo",
             "has_undo": has_undo,
             "live_interval": POLL_INTERVAL_MS,
             **(extra_context or {}),
@@ -174,20 +182,54 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
     # -- cancelling, through the workflow API --
 
     def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """Cancel one workflow as the user (``undo=false`` skips compensation); report it."""
+        """Cancel one workflow as the user (``undo=false`` skips compensation); report it.
+
+        Dropping the undo of a cancel already accepted asks for a confirmation first.
+        """
         info = self._visible_workflow(request, object_id)
         undo = False if request.POST.get("undo") == "false" else None
+        confirmed = request.POST.get("confirm") == "drop-undo"
+        narrows = undo is False and info.cancel_pending and bool(info.cancel_undo)
+        if narrows and not confirmed:
+            return self._confirm_drop_undo(request, info)
+        if info.cancel_pending and not narrows:
+            self.message_user(request, _already_cancelling_message(info), messages.WARNING)
+            return self._back_to(info.id)
         try:
-            after = cancel_workflow(info.id, authority_for_user(request.user), undo=undo)
+            after = cancel_workflow(
+                info.id, authority_for_user(request.user), undo=undo, drop_undo=confirmed
+            )
         except WorkflowNotFound:
             raise Http404 from None
+        except WorkflowCancelNarrows:
+            # Someone else's cancel with undo came first: ask before dropping it.
+            return self._confirm_drop_undo(request, self._visible_workflow(request, object_id))
         except WorkflowAlreadyFinished as e:
             self.message_user(request, _not_running_message(e), messages.WARNING)
         else:
             self.message_user(request, _cancelled_message(after, undo), messages.SUCCESS)
+        return self._back_to(info.id)
+
+    def _back_to(self, workflow_id: str) -> HttpResponse:
         opts = self.opts
         return HttpResponseRedirect(
-            reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(info.id)])
+            reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(workflow_id)])
+        )
+
+    def _confirm_drop_undo(self, request: HttpRequest, info: WorkflowInfo) -> HttpResponse:
+        """A page that says which undo steps a cancel without undo drops, and asks to confirm."""
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Drop the undo of workflow {info.id}?",
+            "workflow": info,
+            "dropped": [n.name for n in info.nodes if n.undo and n.state == "completed"],
+            "maybe_dropped": [
+                n.name for n in info.nodes if n.undo and n.state in ("pending", "running")
+            ],
+        }
+        return TemplateResponse(
+            request, "admin/django_workers/workflowrecord/drop_undo.html", context
         )
 
     @admin.action(description="Cancel selected workflows (undo completed steps as submitted)")
@@ -207,28 +249,51 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
     ) -> None:
         authority = authority_for_user(request.user)
 
+        kept_undo: list[str] = []
+
         def cancel(workflow_id: str) -> str:
             if not could_be_id(workflow_id):
                 raise WorkflowNotFound(workflow_id)
-            after = cancel_workflow(workflow_id, authority, undo=undo)
+            try:
+                after = cancel_workflow(workflow_id, authority, undo=undo)
+            except WorkflowCancelNarrows:
+                kept_undo.append(workflow_id)
+                return ""
             if after.state == "compensating":
                 return "Cancelled, undoing their completed steps"
+            if after.state == "cancelling":
+                return "Cancelled, ending once their running steps have stopped"
             return "Cancelled" if undo is None else "Cancelled without undo"
 
         outcomes = cancel_each(
             selected_ids(request, queryset), cancel, WorkflowNotFound, WorkflowAlreadyFinished
         )
+        outcomes.cancelled.pop("", None)
         report(self, request, outcomes, "workflow")
+        if kept_undo:
+            self.message_user(
+                request,
+                f"Already being cancelled with undo, which was kept: {', '.join(kept_undo)}. "
+                "To drop an undo, use the workflow's page (it asks you to confirm).",
+                messages.WARNING,
+            )
 
     # -- columns --
 
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        changelist = super().get_changelist_instance(request)
+        name_owners(changelist.result_list, request, self.admin_site)
+        return changelist
+
     @admin.display(description="owner", ordering="owner")
     def owner_display(self, workflow: WorkflowRecord) -> str:
-        return workflow.owner if workflow.owner is not None else "(system)"
+        if workflow.owner is None:
+            return "(system)"
+        return getattr(workflow, "owner_label", None) or workflow.owner
 
     @admin.display(description="state", ordering="state")
     def state_display(self, workflow: WorkflowRecord) -> str:
-        return state_badge(workflow.state)
+        return state_badge(shown_state(workflow.state, workflow.cancel_undo))
 
     @admin.display(description="nodes")
     def nodes_display(self, workflow: WorkflowRecord) -> str:
@@ -264,9 +329,45 @@ def _node_row(node: WorkflowNodeInfo) -> dict[str, Any]:
     }
 
 
+def state_cell(info: WorkflowInfo) -> str:
+    """The page's state: its label, and a note while a cancel waits for running steps."""
+    note = _pending_note(info)
+    if not note:
+        return state_badge(info.state)
+    return format_html('{} <span class="dw-cancel-note">{}</span>', state_badge(info.state), note)
+
+
+def offered_actions(info: WorkflowInfo) -> str:
+    """What the page's buttons may ask now: ``cancel``, ``drop-undo`` or nothing."""
+    if info.state == "running":
+        return "cancel"
+    # A cancel that undoes is pending: all that may still be asked is to drop the undo.
+    if info.cancel_pending and info.cancel_undo:
+        return "drop-undo"
+    return ""
+
+
+def _pending_note(info: WorkflowInfo) -> str:
+    """What the page says of a cancel accepted while nodes still run ("" if none)."""
+    if not info.cancel_pending:
+        return ""
+    if info.cancel_undo:
+        return "Cancel asked: running steps were told to stop; then the completed steps are undone."
+    return "Cancel asked, without undo: running steps were told to stop; nothing is undone."
+
+
+def _already_cancelling_message(info: WorkflowInfo) -> str:
+    return f"Workflow {info.id} is already being cancelled ({info.state}); nothing changed."
+
+
 def _cancelled_message(info: WorkflowInfo, undo: bool | None) -> str:
     if info.state == "compensating":
         return f"Workflow {info.id} was cancelled; its completed steps are being undone."
+    if info.state == "cancelling":
+        return (
+            f"Workflow {info.id} was cancelled{' without undo' if undo is False else ''}; "
+            "it ends once its running steps have stopped."
+        )
     if undo is False:
         return f"Workflow {info.id} was cancelled without undo."
     return f"Workflow {info.id} was cancelled."

@@ -172,10 +172,12 @@ UNDO_ONLY_NARROWS = (
 
 
 class WorkflowCancelQuerySerializer(serializers.Serializer):
-    """The cancel's one parameter: ``undo=false`` skips compensation; absent keeps the default."""
+    """The cancel's parameters: ``undo=false`` skips compensation; absent keeps the default."""
 
     # allow_null makes an absent or empty value None, not the False of an unticked checkbox.
     undo = serializers.BooleanField(required=False, allow_null=True, default=None)
+    #: With undo=false: drop the compensation an earlier cancel asked for.
+    drop_undo = serializers.BooleanField(required=False, default=False)
 
     def validate_undo(self, undo: bool | None) -> bool | None:
         if undo is True:

@@ -8,10 +8,14 @@ authority, so a task or workflow the caller may not see is ``TaskNotFound`` or
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, cast
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions as drf
 from rest_framework.authentication import BaseAuthentication
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
@@ -19,7 +23,7 @@ from rest_framework.views import APIView
 
 from django_workers.api import cancel_task, get_all_tasks, get_task_status
 from django_workers.authority import TASK_ID_MAX_LENGTH, Authority
-from django_workers.exceptions import InvalidTaskKey
+from django_workers.exceptions import InvalidTaskKey, TaskNotFound
 from django_workers.info import TaskInfo
 from django_workers.rest.errors import exception_handler
 from django_workers.rest.permissions import IsActiveUser
@@ -87,6 +91,16 @@ WORKFLOW_ID = OpenApiParameter(
 )
 
 
+DROP_UNDO = OpenApiParameter(
+    "drop_undo",
+    bool,
+    OpenApiParameter.QUERY,
+    description=(
+        "true, with undo=false: drop the compensation an earlier cancel asked for, while "
+        "nodes still run. Without it such a cancel is refused (409 cancel_narrows)."
+    ),
+)
+
 UNDO = OpenApiParameter(
     "undo",
     # The only value a cancel takes: true is refused, and leaving it out keeps the default.
@@ -114,6 +128,26 @@ HIDDEN_WORKFLOW = {
     404: _error("No such workflow, or one the caller may not see: the two answers are the same.")
 }
 BAD_WORKFLOW_ID = _error("The id cannot be a workflow id (too long, or a control character).")
+NOT_ACCEPTABLE = {
+    406: _error("`format` names an encoding this API does not answer in (it answers `json`).")
+}
+GET_NOT_CANCEL = _error(
+    "GET never cancels: the answer's Allow header lists the methods of this path (PATCH cancels)."
+)
+
+
+class WorkersNegotiation(DefaultContentNegotiation):
+    """DRF's negotiation, answering an unknown ``?format=`` 406 rather than 404."""
+
+    def filter_renderers(
+        self, renderers: Iterable[BaseRenderer], format: str
+    ) -> list[BaseRenderer]:
+        renderers = list(renderers)
+        chosen = [renderer for renderer in renderers if renderer.format == format]
+        if not chosen:
+            known = ", ".join(sorted({str(renderer.format) for renderer in renderers}))
+            raise drf.NotAcceptable(f"format={format!r} is not one of: {known}.")
+        return chosen
 
 
 class WorkersAPIView(APIView):
@@ -125,6 +159,29 @@ class WorkersAPIView(APIView):
     schema = WorkersSchema()
     #: The schema's name for the view's operation, or for each of its methods.
     operation_id: str | dict[str, str] = ""
+    #: The query parameters the view reads; any other, or one given twice, is refused.
+    query_parameters: frozenset[str] = frozenset()
+    content_negotiation_class = WorkersNegotiation
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        self.check_query_parameters(request)
+
+    def check_query_parameters(self, request: Request) -> None:
+        """Refuse a parameter the route does not read, or one given more than once."""
+        # DRF's own parameter that picks the answer's encoding (?format=json), if the site has it.
+        override = api_settings.URL_FORMAT_OVERRIDE
+        known = self.query_parameters | ({override} if override else set())
+        for name, values in request.query_params.lists():
+            if name not in known:
+                takes = ", ".join(sorted(known))
+                raise drf.ValidationError(
+                    f"Unknown query parameter {name!r}: this route takes {takes}."
+                )
+            if len(values) > 1:
+                raise drf.ValidationError(
+                    f"Query parameter {name!r} is given {len(values)} times; give it once."
+                )
 
     def get_authenticators(self) -> list[BaseAuthentication]:
         # The site's DRF settings as they are now, not as they were when this module loaded.
@@ -139,6 +196,19 @@ class WorkersAPIView(APIView):
         return authority_for_user(self.request.user)
 
 
+class CancelRoute(WorkersAPIView):
+    """A cancel path: PATCH cancels; a GET that reads nothing is 405, allowing PATCH."""
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if response.status_code == 405:
+            # DRF lists every method the view defines; GET here only reads odd task ids.
+            response["Allow"] = "PATCH, OPTIONS"
+        return response
+
+
 def task_answer(info: TaskInfo) -> Response:
     """A task snapshot as JSON."""
     return Response(TaskSerializer(info).data)
@@ -150,14 +220,19 @@ def task_answer(info: TaskInfo) -> Response:
     parameters=[TaskListQuerySerializer],
     responses={
         200: TaskPageSerializer,
-        400: _error("An unknown status, or offset/limit out of range."),
+        400: _error(
+            "An unknown status, offset/limit out of range, or a query parameter that is "
+            "unknown or given twice."
+        ),
         **UNAUTHENTICATED,
+        **NOT_ACCEPTABLE,
     },
 )
 class TaskListView(WorkersAPIView):
     """The tasks the caller owns or watches (every task for a privileged user)."""
 
     operation_id = "tasks_list"
+    query_parameters = frozenset(TaskListQuerySerializer().fields)
 
     def get(self, request: Request) -> Response:
         query = TaskListQuerySerializer(data=request.query_params)
@@ -171,7 +246,7 @@ class TaskListView(WorkersAPIView):
     tags=["tasks"],
     summary="Read one task",
     parameters=[TASK_ID],
-    responses={200: TaskSerializer, **BAD_ID, **UNAUTHENTICATED, **HIDDEN},
+    responses={200: TaskSerializer, **BAD_ID, **UNAUTHENTICATED, **HIDDEN, **NOT_ACCEPTABLE},
 )
 class TaskDetailView(WorkersAPIView):
     """One task the caller may see."""
@@ -185,11 +260,17 @@ class TaskDetailView(WorkersAPIView):
 @extend_schema(
     methods=["GET"],
     tags=["tasks"],
-    summary="Read the task whose id ends in /actions/cancel",
-    description="GET never cancels: this path names the task whose id is "
-    "`{task_id}/actions/cancel`, and reads it.",
+    summary="GET never cancels: 405, or the task whose id ends in /actions/cancel",
+    description="GET never cancels. It answers 405 with an `Allow` header (PATCH cancels), "
+    "unless the caller may see a task whose id is `{task_id}/actions/cancel`: that task is "
+    "read.",
     parameters=[CANCEL_PATH_TASK_ID],
-    responses={200: TaskSerializer, **BAD_ID, **UNAUTHENTICATED, **HIDDEN},
+    responses={
+        200: TaskSerializer,
+        **UNAUTHENTICATED,
+        405: GET_NOT_CANCEL,
+        **NOT_ACCEPTABLE,
+    },
 )
 @extend_schema(
     methods=["PATCH"],
@@ -204,10 +285,11 @@ class TaskDetailView(WorkersAPIView):
         **BAD_ID,
         **UNAUTHENTICATED,
         **HIDDEN,
+        **NOT_ACCEPTABLE,
         409: _error("The task has already ended."),
     },
 )
-class TaskCancelView(WorkersAPIView):
+class TaskCancelView(CancelRoute):
     """Cancel a task the caller may see; 409 once it has ended."""
 
     operation_id = {"PATCH": "tasks_cancel", "GET": "tasks_cancel_path_retrieve"}
@@ -216,8 +298,20 @@ class TaskCancelView(WorkersAPIView):
         return task_answer(cancel_task(task_id, self.authority()))
 
     def get(self, request: Request, task_id: str) -> Response:
-        # GET never cancels: this path names a task whose id ends in "/actions/cancel".
-        return task_answer(get_task_status(task_id + CANCEL_SUFFIX, self.authority()))
+        # GET never cancels; the path may still name a task whose id ends in "/actions/cancel".
+        try:
+            return task_answer(get_task_status(task_id + CANCEL_SUFFIX, self.authority()))
+        except (TaskNotFound, InvalidTaskKey):
+            raise not_a_cancel(request) from None
+
+
+def not_a_cancel(request: Request) -> drf.MethodNotAllowed:
+    """The 405 of a GET on a cancel path; DRF adds the Allow header."""
+    return drf.MethodNotAllowed(
+        request.method or "GET",
+        detail="GET does not cancel: send PATCH to this URL to cancel. (Allow lists the "
+        "methods of this path.)",
+    )
 
 
 # -- workflows ---------------------------------------------------------------------------------
@@ -246,14 +340,19 @@ def checked_workflow_id(workflow_id: str) -> str:
     parameters=[WorkflowListQuerySerializer],
     responses={
         200: WorkflowPageSerializer,
-        400: _error("An unknown state, or offset/limit out of range."),
+        400: _error(
+            "An unknown state, offset/limit out of range, or a query parameter that is "
+            "unknown or given twice."
+        ),
         **UNAUTHENTICATED,
+        **NOT_ACCEPTABLE,
     },
 )
 class WorkflowListView(WorkersAPIView):
     """The workflows the caller owns (every workflow for a privileged user)."""
 
     operation_id = "workflows_list"
+    query_parameters = frozenset(WorkflowListQuerySerializer().fields)
 
     def get(self, request: Request) -> Response:
         query = WorkflowListQuerySerializer(data=request.query_params)
@@ -272,6 +371,7 @@ class WorkflowListView(WorkersAPIView):
         400: BAD_WORKFLOW_ID,
         **UNAUTHENTICATED,
         **HIDDEN_WORKFLOW,
+        **NOT_ACCEPTABLE,
     },
 )
 class WorkflowDetailView(WorkersAPIView):
@@ -285,31 +385,58 @@ class WorkflowDetailView(WorkersAPIView):
 
 
 @extend_schema(
+    methods=["GET"],
+    tags=["workflows"],
+    summary="GET never cancels: 405",
+    description="Answers 405 with an `Allow` header: PATCH this path to cancel.",
+    parameters=[WORKFLOW_ID],
+    responses={**UNAUTHENTICATED, 405: GET_NOT_CANCEL, **NOT_ACCEPTABLE},
+)
+@extend_schema(
+    methods=["PATCH"],
     tags=["workflows"],
     summary="Cancel a workflow",
     description="Answers the workflow's new snapshot. Waiting nodes are cancelled, queued "
     "ones never start, running ones are told to stop. Completed steps are undone as the "
-    "workflow was submitted (its `undo_on_cancel`) unless `undo=false`; the state is then "
-    "`compensating` until the undo steps have run.",
-    parameters=[WORKFLOW_ID, UNDO],
+    "workflow was submitted (its `undo_on_cancel`) unless `undo=false`. The state shows the "
+    "cancel at once: `compensating` if completed steps are to be undone, else `cancelling` "
+    "while nodes still run, then the end. Repeating a cancel while nodes still run changes "
+    "nothing and answers 200, except `undo=false` after a cancel that compensates: that "
+    "drops the compensation, so it is refused (409 `cancel_narrows`) unless "
+    "`drop_undo=true`.",
+    parameters=[WORKFLOW_ID, UNDO, DROP_UNDO],
     request=None,
     responses={
         200: WorkflowSerializer,
-        400: _error("undo=true, an undo value that is not a boolean, or a bad id."),
+        400: _error(
+            "undo=true, an undo or drop_undo value that is not a boolean, a query parameter "
+            "that is unknown or given twice, or a bad id."
+        ),
         **UNAUTHENTICATED,
         **HIDDEN_WORKFLOW,
-        409: _error("The workflow is no longer running (it ended, or it is compensating)."),
+        **NOT_ACCEPTABLE,
+        409: _error(
+            "The workflow is no longer running (it ended, or its undo steps run), or "
+            "undo=false would drop the compensation an earlier cancel asked for."
+        ),
     },
 )
-class WorkflowCancelView(WorkersAPIView):
+class WorkflowCancelView(CancelRoute):
     """Cancel a running workflow the caller may see; ``undo`` may only narrow the default."""
 
-    operation_id = "workflows_cancel"
+    operation_id = {"PATCH": "workflows_cancel", "GET": "workflows_cancel_path_retrieve"}
+    query_parameters = frozenset(WorkflowCancelQuerySerializer().fields)
 
     def patch(self, request: Request, workflow_id: str) -> Response:
         query = WorkflowCancelQuerySerializer(data=request.query_params)
         query.is_valid(raise_exception=True)
         info = cancel_workflow(
-            checked_workflow_id(workflow_id), self.authority(), undo=query.validated_data["undo"]
+            checked_workflow_id(workflow_id),
+            self.authority(),
+            undo=query.validated_data["undo"],
+            drop_undo=query.validated_data["drop_undo"],
         )
         return workflow_answer(info)
+
+    def get(self, request: Request, workflow_id: str) -> Response:
+        raise not_a_cancel(request)

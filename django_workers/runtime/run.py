@@ -5,9 +5,10 @@ the task once and returns the attempt's end as a ``TaskEnd``; it never raises,
 so a misbehaving task cannot take its worker thread down. A failed attempt
 with retries left ends as a retry: its record goes back to PENDING until the
 backoff has passed, and any worker takes the next attempt; this thread does
-not wait. An attempt starts as a request does in Django: a connection of this
-thread that is broken or past its ``CONN_MAX_AGE`` is closed first
-(``fresh_connections``).
+not wait. The runtime starts each attempt as Django starts a request: a
+connection of the thread that is broken or past its ``CONN_MAX_AGE`` is closed
+first (``fresh_connections``); ``run_tasks`` in tests leaves the test's
+connections alone, as Django's test client does.
 """
 
 from __future__ import annotations
@@ -196,7 +197,6 @@ def execute(handle: RunHandle) -> TaskEnd:
         return handle.cancelled_end(CancelReason.TIMEOUT)
     bound = bind_current(handle)
     try:
-        fresh_connections()
         try:
             value = invoking.invoke(handle.info, handle.snapshot)
         except TaskCancelled as e:

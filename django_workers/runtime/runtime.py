@@ -549,6 +549,8 @@ class WorkerRuntime:
                 )
             run_started.send_robust(type(self), info=handle.info)
             try:
+                # As Django does before a request: the attempt starts on a healthy connection.
+                fresh_connections()
                 end = execute(handle)
             except BaseException as e:  # execute never raises; a worker thread must not die anyway
                 logger.exception("Unexpected error running %s", handle.task_id)

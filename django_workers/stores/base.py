@@ -463,8 +463,14 @@ class WorkerStore(abc.ABC):
             return won, []
 
     @abc.abstractmethod
-    def cancel_workflow(self, workflow_id: str, undo: bool | None) -> bool | None:
-        """Cancel a workflow in one transaction; None if missing, False if it had ended."""
+    def cancel_workflow(
+        self, workflow_id: str, undo: bool | None, drop_undo: bool = False
+    ) -> bool | None:
+        """Cancel a workflow in one transaction; None if missing, False if it had ended.
+
+        ``undo=False`` drops the compensation of an accepted cancel only with
+        ``drop_undo``; else it raises WorkflowCancelNarrows and changes nothing.
+        """
 
     @abc.abstractmethod
     def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:

@@ -63,7 +63,7 @@ from django_workers.stores.zombies import (
 )
 from django_workers.workflows import persistence
 from django_workers.workflows.machine import WORKFLOW_ENDS
-from django_workers.workflows.records import WorkflowInfo, info_of
+from django_workers.workflows.records import WorkflowInfo, info_of, state_columns
 
 #: The columns a TaskInfo is built from, read with .values() (no model instances).
 COLUMNS = tuple(record_fields())
@@ -123,10 +123,14 @@ def _newest_page(found: Sequence[dict[str, Any]], offset: int, limit: int) -> li
 
 
 def _workflow_infos_sql(
-    connection: BaseDatabaseWrapper, filters: Mapping[str, str], offset: int, limit: int
+    connection: BaseDatabaseWrapper,
+    filters: Mapping[str, str],
+    offset: int,
+    limit: int,
+    any_of: Sequence[Mapping[str, Any]] = (),
 ) -> list[WorkflowInfo]:
     """``sql.read_workflows``'s workflows as snapshots."""
-    found = sql.read_workflows(connection, filters, offset, limit)
+    found = sql.read_workflows(connection, filters, offset, limit, any_of)
     return [info_of(row, {r["id"]: rows.node_record(r) for r in records}) for row, records in found]
 
 
@@ -415,16 +419,16 @@ class DatabaseWorkerStore(WorkerStore):
         connection = connections[self.using]
         if connection.vendor in sql.ONE_STATEMENT_READS:
             # A user sees the workflows it owns, as ``visible_to`` says.
-            filters = {"owner": user_id, "state": state}
             return _workflow_infos_sql(
                 connection,
-                {name: value for name, value in filters.items() if value is not None},
+                {} if user_id is None else {"owner": user_id},
                 offset,
                 limit,
+                [] if state is None else state_columns(state),
             )
         qs = self._flows().visible_to(user_id)
         if state is not None:
-            qs = qs.filter(state=state)
+            qs = qs.in_state(state)
         return self._workflow_infos(
             list(qs.newest_first().values(*WORKFLOW_COLUMNS)[offset : offset + limit])
         )
@@ -768,10 +772,12 @@ class DatabaseWorkerStore(WorkerStore):
         return _won(ends, winners)
 
     @_one_writer
-    def cancel_workflow(self, workflow_id: str, undo: bool | None) -> bool | None:
+    def cancel_workflow(
+        self, workflow_id: str, undo: bool | None, drop_undo: bool = False
+    ) -> bool | None:
         book = _Book(self)
         with self._atomic():
-            cancelled = persistence.cancel(book, workflow_id, undo, clock.now())
+            cancelled = persistence.cancel(book, workflow_id, undo, clock.now(), drop_undo)
         book.wake()
         return cancelled
 

@@ -35,7 +35,7 @@ from django_workers.stores.base import (
 from django_workers.stores.zombies import Refused, end_each, log_refused, zombie_ends
 from django_workers.workflows import persistence
 from django_workers.workflows.machine import WORKFLOW_ENDS
-from django_workers.workflows.records import WorkflowInfo, info_of
+from django_workers.workflows.records import WorkflowInfo, in_state, info_of
 
 
 class InMemoryWorkerStore(WorkerStore):
@@ -182,7 +182,7 @@ class InMemoryWorkerStore(WorkerStore):
                 row
                 for row in self._flows.values()
                 if (user_id is None or row["owner"] == user_id)
-                and (state is None or row["state"] == state)
+                and (state is None or in_state(row, state))
             ]
             found.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
             return [self._workflow_info(row) for row in found[offset : offset + limit]]
@@ -285,10 +285,12 @@ class InMemoryWorkerStore(WorkerStore):
         book.wake()
         return won
 
-    def cancel_workflow(self, workflow_id: str, undo: bool | None) -> bool | None:
+    def cancel_workflow(
+        self, workflow_id: str, undo: bool | None, drop_undo: bool = False
+    ) -> bool | None:
         book = _Book(self)
         with self._lock:
-            cancelled = persistence.cancel(book, workflow_id, undo, clock.now())
+            cancelled = persistence.cancel(book, workflow_id, undo, clock.now(), drop_undo)
         book.wake()
         return cancelled
 

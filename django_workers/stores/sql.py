@@ -805,20 +805,31 @@ def read_workflows(
     filters: Mapping[str, str],
     offset: int,
     limit: int,
+    any_of: Sequence[Mapping[str, Any]] = (),
 ) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Workflows newest first, each with what its status reads of its records: one statement.
 
     ``filters``: column -> value, each an equality (``id`` for one workflow).
+    ``any_of``: if given, a row also matches one of these, each column -> value
+    (an equality, or IS NULL for None).
     """
     convert = _sqlite_datetimes(connection)
     where = "".join(f" AND f.{column} = %s" for column in filters)
+    values: list[Any] = list(filters.values())
+    if any_of:
+        alternatives = []
+        for columns in any_of:
+            tests = [f"f.{c} IS NULL" if v is None else f"f.{c} = %s" for c, v in columns.items()]
+            values.extend(v for v in columns.values() if v is not None)
+            alternatives.append(f"({' AND '.join(tests)})")
+        where += f" AND ({' OR '.join(alternatives)})"
     sql = (
         f"SELECT {_WORKFLOW_SELECT if convert is None else _WORKFLOW_SELECT_SQLITE}"
         f" FROM {WorkflowRecord._meta.db_table} f WHERE TRUE{where}"
         " ORDER BY f.created_at DESC, f.id DESC LIMIT %s OFFSET %s"
     )
     with kept_cursor(connection, bound=True) as cursor:
-        cursor.execute(sql, [*filters.values(), limit, offset])
+        cursor.execute(sql, [*values, limit, offset])
         fetched = cursor.fetchall()
     found = []
     for values in fetched:

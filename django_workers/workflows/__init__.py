@@ -11,6 +11,7 @@ from __future__ import annotations
 from django_workers.exceptions import (
     InvalidWorkflow,
     WorkflowAlreadyFinished,
+    WorkflowCancelNarrows,
     WorkflowExists,
     WorkflowNotFound,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "UndoInfo",
     "Workflow",
     "WorkflowAlreadyFinished",
+    "WorkflowCancelNarrows",
     "WorkflowExists",
     "WorkflowHandle",
     "WorkflowInfo",

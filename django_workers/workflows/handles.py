@@ -30,13 +30,10 @@ from django_workers.exceptions import (
 )
 from django_workers.handles import wait_until_finished
 from django_workers.stores import WorkerStore, default_store
-from django_workers.workflows import machine
-from django_workers.workflows.records import (
-    WorkflowInfo,
-)
+from django_workers.workflows.records import SHOWN_STATES, WorkflowInfo
 
-#: The states ``get_all_workflows(state=...)`` filters on.
-STATES: Final = tuple(state.value for state in machine.WorkflowStatus)
+#: The states a snapshot shows, and ``get_all_workflows(state=...)`` filters on.
+STATES: Final = SHOWN_STATES
 
 
 class WorkflowHandle:
@@ -61,9 +58,11 @@ class WorkflowHandle:
         """
         return wait_until_finished(self._store, self.id, self.status, timeout, self._late)
 
-    def cancel(self, undo: bool | None = None) -> WorkflowInfo:
+    def cancel(self, undo: bool | None = None, *, drop_undo: bool = False) -> WorkflowInfo:
         """Cancel the workflow; see ``cancel_workflow``."""
-        return cancel_workflow(self.id, self._authority, undo=undo, store=self._store)
+        return cancel_workflow(
+            self.id, self._authority, undo=undo, drop_undo=drop_undo, store=self._store
+        )
 
     def _late(self, timeout: float) -> str:
         return (
@@ -102,6 +101,7 @@ def cancel_workflow(
     authority: Authority,
     *,
     undo: bool | None = None,
+    drop_undo: bool = False,
     store: WorkerStore | None = None,
 ) -> WorkflowInfo:
     """Cancel a running workflow; return its new snapshot.
@@ -110,7 +110,10 @@ def cancel_workflow(
     cancelled like ``cancel_task`` (their token says ``user``). ``undo=None``
     compensates as the workflow's ``undo_on_cancel`` said at submit;
     ``undo=False`` does not; ``undo=True`` may not widen an ``undo_on_cancel=False``.
-    WorkflowAlreadyFinished once the workflow has ended or is compensating.
+    While nodes still run, a repeated cancel changes nothing, except that
+    ``undo=False`` with ``drop_undo=True`` drops the compensation an earlier
+    cancel asked for (without ``drop_undo``: WorkflowCancelNarrows).
+    WorkflowAlreadyFinished once the workflow has ended or its nodes have all stopped.
     """
     if undo is not None and not isinstance(undo, bool):
         raise InvalidWorkflow(f"undo must be None, True or False, got {undo!r}.")
@@ -121,7 +124,7 @@ def cancel_workflow(
             f"Workflow {info.id!r} was submitted with undo_on_cancel=False; a cancel may only "
             "narrow that. Pass undo=None or undo=False."
         )
-    if not store.cancel_workflow(info.id, undo):
+    if not store.cancel_workflow(info.id, undo, drop_undo):
         now = store.get_workflow(info.id) or info
         raise WorkflowAlreadyFinished(info.id, now.state)
     after = get_workflow_status(info.id, authority, store=store)

@@ -407,7 +407,10 @@ def _cancel(draft: _Draft, undo: bool | None) -> None:
         )
     if state.status is not WorkflowStatus.RUNNING:
         return
-    compensate = state.undo_on_cancel if undo is None else undo
+    # With no undo step in the plan there is nothing to undo: the cancel does not compensate
+    # (and a reader shows it as ``cancelling``, not ``compensating``).
+    has_undo = any(node.has_undo for node in state.nodes)
+    compensate = (state.undo_on_cancel if undo is None else undo) and has_undo
     if state.cancel_undo is not None:
         # A repeated cancel may still narrow the first one; the nodes are already stopped.
         draft.state = replace(state, cancel_undo=state.cancel_undo and compensate)

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from django_workers import lifecycle
 from django_workers.cancellation import CancelReason
+from django_workers.exceptions import WorkflowCancelNarrows
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 from django_workers.stores.base import NewTask
@@ -142,15 +143,36 @@ def plain_outcome(
     return _columns_of(row, state, now), promote
 
 
-def cancel(book: WorkflowBook, workflow_id: str, undo: bool | None, now: datetime) -> bool | None:
-    """Cancel a workflow; None if there is none, False if it had already ended."""
+def cancel(
+    book: WorkflowBook,
+    workflow_id: str,
+    undo: bool | None,
+    now: datetime,
+    drop_undo: bool = False,
+) -> bool | None:
+    """Cancel a workflow; None if there is none, False if it had already ended.
+
+    ``undo=False`` after a cancel that compensates drops that compensation only
+    with ``drop_undo``; else WorkflowCancelNarrows, read under the row's lock.
+    """
     row = book.lock_workflows([workflow_id]).get(workflow_id)
     if row is None:
         return None
     if machine.WorkflowStatus(row["state"]) is not machine.WorkflowStatus.RUNNING:
         return False
+    if undo is False and row["cancel_undo"] and not drop_undo:
+        raise WorkflowCancelNarrows(workflow_id, _undoable(row))
     _settle(book, row, [CancelWorkflow(undo)], now)
     return True
+
+
+def _undoable(row: Mapping[str, Any]) -> list[str]:
+    """The completed nodes whose undo a compensating cancel would run."""
+    return [
+        node["name"]
+        for node in row["nodes"]
+        if node["undo"] is not None and node["status"] == machine.NodeStatus.COMPLETED
+    ]
 
 
 def pre_run(

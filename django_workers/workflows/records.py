@@ -20,6 +20,7 @@ from typing import Any, Final
 
 from django_workers.bounds import NODE_LABEL_MAX_LENGTH, NODE_NAME_MAX_LENGTH
 from django_workers.workflows.machine import (
+    NODE_ENDS,
     WORKFLOW_ENDS,
     Node,
     NodeStatus,
@@ -30,10 +31,20 @@ from django_workers.workflows.machine import (
 )
 
 UNDO_SUFFIX: Final = ":undo"
+#: The node states a node never leaves.
+NODE_END_STATES: Final = frozenset(status.value for status in NODE_ENDS)
 #: Retries of an undo given no options: compensation runs at least once, whatever crashes.
 UNDO_RETRIES: Final = 3
 # The ``node`` column holds the longest name with its undo's suffix.
 assert NODE_NAME_MAX_LENGTH + len(UNDO_SUFFIX) <= NODE_LABEL_MAX_LENGTH
+#: What a reader sees of a running workflow whose cancel, without undo, waits for running nodes.
+CANCELLING: Final = "cancelling"
+#: Every state a snapshot shows: the machine's, with ``cancelling`` after ``running``.
+SHOWN_STATES: Final = (
+    WorkflowStatus.RUNNING.value,
+    CANCELLING,
+    *(s.value for s in WorkflowStatus if s is not WorkflowStatus.RUNNING),
+)
 #: The workflow columns the machine's state is kept in (besides ``nodes``).
 STATE_COLUMNS: Final = ("state", "outcome", "unabsorbed_failure", "cancel_undo")
 
@@ -125,6 +136,34 @@ def row_fields(row: Mapping[str, Any], state: WorkflowState) -> dict[str, Any]:
 # -- what a reader sees -------------------------------------------------------------------------
 
 
+def shown_state(state: str, cancel_undo: bool | None) -> str:
+    """The state a reader sees: a cancel accepted while nodes still run shows at once.
+
+    The machine stays ``running`` until its running nodes have stopped; a reader
+    sees ``compensating`` if the cancel undoes completed steps, else ``cancelling``.
+    """
+    if state != WorkflowStatus.RUNNING or cancel_undo is None:
+        return state
+    return WorkflowStatus.COMPENSATING.value if cancel_undo else CANCELLING
+
+
+def state_columns(shown: str) -> list[dict[str, Any]]:
+    """The rows in the shown state ``shown``: alternatives of column equalities (None: NULL)."""
+    running = WorkflowStatus.RUNNING.value
+    if shown == running:
+        return [{"state": running, "cancel_undo": None}]
+    if shown == CANCELLING:
+        return [{"state": running, "cancel_undo": False}]
+    if shown == WorkflowStatus.COMPENSATING:
+        return [{"state": shown}, {"state": running, "cancel_undo": True}]
+    return [{"state": shown}]
+
+
+def in_state(row: Mapping[str, Any], shown: str) -> bool:
+    """Whether a workflow row is in the shown state ``shown``."""
+    return shown_state(row["state"], row.get("cancel_undo")) == shown
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UndoInfo:
     """A node's compensation step: where it is, and its task once it was queued."""
@@ -163,8 +202,8 @@ class WorkflowInfo:
     id: str
     key: str
     owner: str | None
-    #: ``running``, ``completed``, ``failed``, ``cancelled``, ``compensating``,
-    #: ``compensated`` or ``compensation_failed``.
+    #: ``running``, ``cancelling``, ``completed``, ``failed``, ``cancelled``,
+    #: ``compensating``, ``compensated`` or ``compensation_failed``.
     state: str
     fail_fast: bool
     undo_on_cancel: bool
@@ -172,11 +211,25 @@ class WorkflowInfo:
     created_at: datetime
     finished_at: datetime | None
     nodes: tuple[WorkflowNodeInfo, ...]
+    #: None until a cancel is accepted; then whether it undoes completed steps.
+    cancel_undo: bool | None = None
 
     @property
     def is_finished(self) -> bool:
         """True once the workflow is in an end state it never leaves."""
         return self.state in WORKFLOW_ENDS
+
+    @property
+    def accepts_cancel(self) -> bool:
+        """Whether a cancel may still be asked: some node has not ended yet."""
+        return not self.is_finished and any(
+            node.state not in NODE_END_STATES for node in self.nodes
+        )
+
+    @property
+    def cancel_pending(self) -> bool:
+        """Whether a cancel was accepted while some node still runs."""
+        return self.cancel_undo is not None and self.accepts_cancel
 
     def node(self, name: str) -> WorkflowNodeInfo:
         """The node called ``name``; KeyError if the workflow has none."""
@@ -224,13 +277,14 @@ def info_of(row: Mapping[str, Any], records: Mapping[str, NodeRecord]) -> Workfl
         id=workflow_id,
         key=key,
         owner=row["owner"],
-        state=row["state"],
+        state=shown_state(row["state"], row.get("cancel_undo")),
         fail_fast=row["fail_fast"],
         undo_on_cancel=row["undo_on_cancel"],
         plan_hash=row["plan_hash"],
         created_at=row["created_at"],
         finished_at=row["finished_at"],
         nodes=tuple(nodes),
+        cancel_undo=row.get("cancel_undo"),
     )
 
 

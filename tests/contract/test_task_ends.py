@@ -288,7 +288,8 @@ def test_a_refusal_ends_a_queued_node_and_a_claimed_one_before_it_starts(
     assert store.end_tasks([refused]) == [False]
     # a was running: asked to stop, it ends when its function returns.
     assert info(store, "wf:a").cancel_reason == "user"
-    assert store.get_workflow("wf").state == "running"  # type: ignore[union-attr]
+    # Until then the workflow shows the cancel (no undo steps, so nothing is undone).
+    assert store.get_workflow("wf").state == "cancelling"  # type: ignore[union-attr]
     done = lifecycle.run_end(a, "w1", TaskStatus.CANCELLED, clock.now())
     assert store.end_tasks([done]) == [True]
     assert store.get_workflow("wf").state == "cancelled"  # type: ignore[union-attr]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -11,6 +12,7 @@ from django.contrib.admin.utils import quote
 from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from django_workers import (
     CancelReason,
@@ -26,7 +28,9 @@ from django_workers.authority import owner_of
 from django_workers.models import TaskRecord, WorkerProcess
 from django_workers.stores import default_store
 from django_workers.web_authority import authority_for_user
+from django_workers.workflows import Workflow, get_workflow_status
 from tests.helpers import end_record, make_user
+from tests.tasks import add
 
 pytestmark = pytest.mark.django_db
 
@@ -177,6 +181,21 @@ def test_change_page_shows_error_traceback_and_cancel_reason(world: World) -> No
     assert "Trace line 1" in body
     cancel_task(world.live, owner)
     assert "USER" in world.client("owner").get(change_url(world.live)).content.decode().upper()
+
+
+def test_earlier_errors_are_markup_and_leave_out_the_last_attempt(world: World) -> None:
+    owner = Owner.for_user(world.users["owner"])
+    failed = submit_task("twice-broken", "tests.tasks.fail", owner)
+    first = {"type": "builtins.KeyError", "message": "first <try>", "traceback": "T1"}
+    last = {"type": "builtins.ValueError", "message": "second try", "traceback": "T2"}
+    end_record(default_store(), failed, TaskStatus.FAILED, error=last, errors=[first, last])
+    body = world.client("owner").get(change_url(failed)).content.decode()
+    earlier = body[body.index("field-errors_display") :]
+    earlier = earlier[: earlier.index("</div>\n")]
+    assert "<strong>builtins.KeyError</strong>: first &lt;try&gt;<pre>T1</pre>" in earlier
+    assert "&lt;strong&gt;" not in earlier  # markup, not escaped markup
+    assert "builtins.ValueError" not in earlier  # the last attempt is the error field's
+    assert body.count("builtins.ValueError") == 1
 
 
 def test_write_views_are_refused(world: World) -> None:
@@ -361,3 +380,111 @@ def test_filter_counts_count_only_visible_tasks(world: World) -> None:
     body = response.content.decode()
     assert "Pending (1)" in body
     assert "Completed (0)" in body
+
+
+# -- owners, watchers, filters and labels ------------------------------------------------------
+
+
+def _user_url(user: User) -> str:
+    return reverse("admin:auth_user_change", args=[user.pk])
+
+
+def test_owner_is_shown_by_name_linked_for_who_may_open_users(world: World) -> None:
+    alice = world.users["owner"]
+    linked = f'<a href="{_user_url(alice)}" title="user {alice.pk}">alice</a>'
+    for url in (reverse(CHANGELIST), change_url(world.done)):
+        assert linked in world.client("superuser").get(url).content.decode()
+        # Alice may not open user pages: her name, not a link.
+        body = world.client("owner").get(url).content.decode()
+        assert f'<span title="user {alice.pk}">alice</span>' in body
+        assert _user_url(alice) not in body
+
+
+def test_watchers_list_the_owner_first_as_the_api_does(world: World) -> None:
+    body = world.client("owner").get(change_url(world.done)).content.decode()
+    field = body[body.index("field-watchers_display") :].split("</div>\n")[0]
+    names = re.findall(r">(\w+)</span>", field)
+    assert names == ["alice", "wendy"]
+    assert get_task_status(world.done, System()).watchers == (
+        str(world.users["owner"].pk),
+        str(world.users["watcher"].pk),
+    )
+
+
+def test_filters_by_created_date_owner_and_task_path(world: World) -> None:
+    client = world.client("superuser")
+
+    def listed(**query: str) -> set[str]:
+        response = client.get(reverse(CHANGELIST), query)
+        assert response.status_code == 200
+        return {t.pk for t in response.context["cl"].result_list}
+
+    sam = str(world.users["stranger"].pk)
+    assert listed(owner=sam) == {world.other}
+    other_path = submit_task("other-path", "tests.tasks.noop", Owner(sam))
+    assert listed(task_path="tests.tasks.noop") == {other_path}
+    assert listed(task_path="tests.tasks.add", owner=sam) == {world.other}
+    # As the filter's "Today" link asks.
+    today = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+    assert listed(created_at__gte=str(today)) >= {world.done, world.live, world.other}
+    assert listed(created_at__gte=str(today + timedelta(days=1))) == set()
+    filters = client.get(reverse(CHANGELIST)).context["cl"].filter_specs
+    titles = [spec.title for spec in filters]
+    assert {"created at", "owner", "task"} <= set(titles)
+    owners = dict(filters[titles.index("owner")].lookup_choices)
+    assert owners[sam] == "sam"
+
+
+@pytest.mark.parametrize("owner", ["ann", "9" * 30, "-1"])
+def test_an_owner_id_that_names_no_user_is_shown_as_it_is(world: World, owner: str) -> None:
+    task_id = submit_task("odd-owner", "tests.tasks.add", Owner(owner), args=[1, 2])
+    client = world.client("superuser")
+    assert owner in client.get(reverse(CHANGELIST)).content.decode()
+    assert owner in client.get(change_url(task_id)).content.decode()
+
+
+def test_the_owner_filter_offers_only_owners_the_viewer_may_see(world: World) -> None:
+    filters = world.client("stranger").get(reverse(CHANGELIST)).context["cl"].filter_specs
+    [owners] = [spec for spec in filters if spec.title == "owner"]
+    assert dict(owners.lookup_choices) == {str(world.users["stranger"].pk): "sam"}
+
+
+def test_status_is_a_coloured_label(world: World) -> None:
+    page = world.client("owner").get(reverse(CHANGELIST)).content.decode()
+    assert 'class="dw-state dw-state-completed"' in page
+    assert 'class="dw-state dw-state-pending"' in page
+    task = world.client("owner").get(change_url(world.done)).content.decode()
+    assert re.search(r'class="dw-state dw-state-completed"[^>]*>Completed</span>', task)
+
+
+def test_a_nodes_task_page_links_to_its_workflow(world: World) -> None:
+    alice = Owner.for_user(world.users["owner"])
+    wf = Workflow("trip", alice)
+    wf.add("book", add)
+    workflow_id = wf.submit().id
+    node_task = get_workflow_status(workflow_id, alice).nodes[0].task_id
+    body = world.client("owner").get(change_url(node_task)).content.decode()
+    workflow_url = reverse("admin:django_workers_workflowrecord_change", args=[quote(workflow_id)])
+    assert f'<a href="{workflow_url}">{workflow_id}</a>' in body
+
+
+@pytest.mark.parametrize("lookup", ["args__contains", "options__contains", "kwargs__has_key"])
+def test_a_lookup_into_a_json_column_is_refused_cleanly(world: World, lookup: str) -> None:
+    response = world.client("superuser").get(reverse(CHANGELIST), {lookup: "1"})
+    assert response.status_code == 400
+
+
+def test_a_lookup_into_the_nodes_of_a_workflow_is_refused_cleanly(world: World) -> None:
+    url = reverse("admin:django_workers_workflowrecord_changelist")
+    assert world.client("superuser").get(url, {"nodes__contains": "x"}).status_code == 400
+
+
+def test_an_ended_task_is_reported_once_in_words_not_repeated(world: World) -> None:
+    response = world.client("owner").post(cancel_url(world.done), follow=True)
+    notes = [str(m) for m in response.context["messages"]]
+    assert notes == [f"Task {world.done} has already ended (COMPLETED); nothing was cancelled."]
+
+
+def test_a_task_selected_twice_is_reported_once(world: World) -> None:
+    notes = _cancel_selected(world.client("owner"), [world.done, world.done, world.live])
+    assert notes == [f"Cancelled: {world.live}.", f"Already ended: {world.done}."]

@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from django_workers import Owner, System, TaskStatus, clock, submit_task, update_progress
 from django_workers.stores import default_store
-from django_workers.workflows import Workflow, get_workflow_status
+from django_workers.workflows import Workflow, cancel_workflow, get_workflow_status
 from tests.helpers import end_record, make_user
 
 pytestmark = pytest.mark.django_db
@@ -50,6 +50,9 @@ def test_a_running_tasks_page_loads_the_script_and_its_json_follows_the_run() ->
     now = client.get(task_live(task_id)).json()
     assert (now["status"], now["status_display"]) == ("RUNNING", "Running")
     assert (now["progress"], now["attempts"], now["ended"]) == (40, 1, False)
+    # Worded as the page's attempts field, which the script fills in.
+    assert now["attempts_display"] == "1 of 1"
+    assert "field-attempts_display" in body
     assert 'value="40"' in now["progress_html"]
 
     end_record(store, task_id)
@@ -95,3 +98,27 @@ def test_a_workflows_json_carries_its_picture_rows_and_state() -> None:
     now = client.get(workflow_live(workflow_id)).json()
     assert now["ended"] is True
     assert client_of(make_user("sam")).get(workflow_live(workflow_id)).status_code == 404
+
+
+def test_a_pending_cancel_keeps_its_note_and_changes_the_offered_actions() -> None:
+    grace = make_user("grace")
+    wf = Workflow("nightly", Owner.for_user(grace))
+    fetch = wf.add("fetch", "tests.tasks.add", args=[1, 2]).undo("tests.tasks.noop")
+    wf.add("publish", "tests.tasks.add", args=[3, 4]).after(fetch)
+    workflow_id = wf.submit().id
+    client = client_of(grace)
+    page = client.get(
+        reverse("admin:django_workers_workflowrecord_change", args=[quote(workflow_id)])
+    ).content.decode()
+    assert 'data-dw-actions="cancel"' in page
+    assert client.get(workflow_live(workflow_id)).json()["actions"] == "cancel"
+
+    store = default_store()
+    [claimed] = store.claim("w1", ["default"], 1, clock.now())
+    assert store.begin_runs([claimed]) == [True]
+    cancel_workflow(workflow_id, System())
+    now = client.get(workflow_live(workflow_id)).json()
+    # The script reloads the page when the actions differ from the page's.
+    assert (now["state"], now["actions"], now["ended"]) == ("compensating", "drop-undo", False)
+    assert "dw-state-compensating" in now["state_html"]
+    assert "Cancel asked" in now["state_html"]  # the note stays when the script puts it in

@@ -12,8 +12,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import NoReverseMatch, reverse
 
-from django_workers import Owner, System
+from django_workers import Owner, System, clock
 from django_workers.models import TaskRecord, WorkflowRecord
+from django_workers.stores import default_store
 from django_workers.testing import run_tasks
 from django_workers.workflow_svg import colours
 from django_workers.workflows import Workflow, WorkflowInfo, get_workflow_status
@@ -356,3 +357,85 @@ def test_no_admin_page_writes_a_workflow_or_task_row_directly(world: World) -> N
     world.client("owner").post(cancel_url(world.live), {"undo": "false"})
     assert (WorkflowRecord.objects.count(), TaskRecord.objects.count()) == before
     assert WorkflowRecord.objects.get(pk=world.live).cancel_undo is False
+
+
+# -- a cancel while a step runs ------------------------------------------------------------------
+
+
+@pytest.fixture
+def shipping(world: World) -> str:
+    """Alice's live workflow with ``ship`` running (``charge`` completed, with an undo)."""
+    [claimed] = default_store().claim("w-test", ["ship"], 1, clock.now())
+    assert default_store().begin_runs([claimed]) == [True]
+    return world.live
+
+
+def _buttons(page: str) -> set[str]:
+    return set(re.findall(r'<button type="submit" class="button ([^"]+)"', page))
+
+
+def test_a_cancel_while_a_step_runs_shows_compensating_at_once(world: World, shipping: str) -> None:
+    client = world.client("owner")
+    page = client.post(cancel_url(shipping), follow=True).content.decode()
+    assert f"Workflow {shipping} was cancelled; its completed steps are being undone." in page
+    cell = page[page.index('class="dw-state-cell"') :].split("</td>")[0]
+    assert "dw-state-compensating" in cell
+    assert "Cancel asked" in cell
+    # Only dropping the undo may still be asked.
+    assert _buttons(page) == {"dw-cancel dw-drop-undo"}
+    listed = client.get(reverse(CHANGELIST), {"state": "compensating"})
+    assert [w.pk for w in listed.context["cl"].result_list] == [shipping]
+    assert "dw-state-compensating" in listed.content.decode()
+
+
+def test_a_cancel_without_undo_while_a_step_runs_shows_cancelling(
+    world: World, shipping: str
+) -> None:
+    client = world.client("owner")
+    page = client.post(cancel_url(shipping), {"undo": "false"}, follow=True).content.decode()
+    assert "it ends once its running steps have stopped" in page
+    cell = page[page.index('class="dw-state-cell"') :].split("</td>")[0]
+    assert "dw-state-cancelling" in cell
+    assert _buttons(page) == set()  # nothing more may be asked
+    again = client.post(cancel_url(shipping), follow=True).content.decode()
+    assert f"Workflow {shipping} is already being cancelled (cancelling); nothing changed." in again
+    assert (now(shipping).state, now(shipping).cancel_undo) == ("cancelling", False)
+
+
+def test_dropping_the_undo_of_a_pending_cancel_says_what_it_drops_and_asks_first(
+    world: World, shipping: str
+) -> None:
+    client = world.client("owner")
+    client.post(cancel_url(shipping))
+    asked = client.post(cancel_url(shipping), {"undo": "false"})
+    assert asked.status_code == 200
+    body = asked.content.decode()
+    assert "the undo step of <strong>charge</strong> (completed) will not run" in body
+    assert 'name="confirm" value="drop-undo"' in body
+    assert (now(shipping).state, now(shipping).cancel_undo) == ("compensating", True)
+    done = client.post(cancel_url(shipping), {"undo": "false", "confirm": "drop-undo"}, follow=True)
+    assert f"Workflow {shipping} was cancelled without undo" in done.content.decode()
+    assert (now(shipping).state, now(shipping).cancel_undo) == ("cancelling", False)
+
+
+def test_a_second_cancel_of_a_pending_cancel_changes_nothing(world: World, shipping: str) -> None:
+    client = world.client("owner")
+    client.post(cancel_url(shipping))
+    again = client.post(cancel_url(shipping), follow=True).content.decode()
+    assert (
+        f"Workflow {shipping} is already being cancelled (compensating); nothing changed." in again
+    )
+    assert now(shipping).cancel_undo is True
+
+
+def test_cancel_selected_without_undo_keeps_an_undo_already_asked_for(
+    world: World, shipping: str
+) -> None:
+    client = world.client("owner")
+    client.post(cancel_url(shipping), follow=True)
+    notes = _act(client, "cancel_selected_without_undo", [shipping])
+    assert notes == [
+        f"Already being cancelled with undo, which was kept: {shipping}. To drop an undo, "
+        "use the workflow's page (it asks you to confirm)."
+    ]
+    assert now(shipping).cancel_undo is True

@@ -373,6 +373,7 @@ def test_the_schema_describes_this_apps_routes_only(schema):
         ("/workers/tasks/{task_id}/actions/cancel/", "patch"),
         ("/workers/workflows/", "get"),
         ("/workers/workflows/{workflow_id}/", "get"),
+        ("/workers/workflows/{workflow_id}/actions/cancel/", "get"),
         ("/workers/workflows/{workflow_id}/actions/cancel/", "patch"),
     }
 
@@ -418,9 +419,23 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
             (flows_path, "get", anonymous.get(WORKFLOWS)),
             (flow_path, "get", anonymous.get(flow)),
             (flow_cancel_path, "patch", anonymous.patch(f"{flow}actions/cancel")),
+            (flow_cancel_path, "get", anonymous.get(f"{flow}actions/cancel")),
         ]
+    xml = {"format": "xml"}
+    not_acceptable = [
+        (list_path, "get", owner.get(API, xml)),
+        (detail_path, "get", owner.get(url(task_id), xml)),
+        (cancel_path, "get", owner.get(url(task_id, "actions/cancel"), xml)),
+        (cancel_path, "patch", owner.patch(f"{url(done_id, 'actions/cancel')}?format=xml")),
+        (flows_path, "get", owner.get(WORKFLOWS, xml)),
+        (flow_path, "get", owner.get(flow, xml)),
+        (flow_cancel_path, "get", owner.get(f"{flow}actions/cancel", xml)),
+        (flow_cancel_path, "patch", owner.patch(f"{flow}actions/cancel?format=xml")),
+    ]
+    assert {response.status_code for _path, _method, response in not_acceptable} == {406}
     answers = [
         *asked_for_credentials,
+        *not_acceptable,
         (list_path, "get", owner.get(API)),
         (list_path, "get", owner.get(API, {"limit": 0})),
         (list_path, "get", anonymous.get(API)),
@@ -435,6 +450,7 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
         (cancel_path, "patch", stranger.patch(url(task_id, "actions/cancel"))),
         (cancel_path, "patch", owner.patch(url(done_id, "actions/cancel"))),
         (cancel_path, "get", owner.get(f"{API}{odd_id}/")),
+        (cancel_path, "get", owner.get(url(task_id, "actions/cancel"))),
         (cancel_path, "get", owner.get(f"{API}1::a%00/actions/cancel/")),
         (cancel_path, "get", anonymous.get(f"{API}{odd_id}/")),
         (cancel_path, "get", stranger.get(f"{API}{odd_id}/")),
@@ -446,6 +462,8 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
         (flow_path, "get", owner.get(f"{WORKFLOWS}1::a%00/")),
         (flow_path, "get", anonymous.get(flow)),
         (flow_path, "get", stranger.get(flow)),
+        (flow_cancel_path, "get", owner.get(f"{flow}actions/cancel")),
+        (flow_cancel_path, "get", anonymous.get(f"{flow}actions/cancel")),
         (flow_cancel_path, "patch", owner.patch(f"{flow}actions/cancel?undo=true")),
         (flow_cancel_path, "patch", owner.patch(f"{WORKFLOWS}1::a%00/actions/cancel")),
         (flow_cancel_path, "patch", anonymous.patch(f"{flow}actions/cancel")),

@@ -8,9 +8,10 @@ from urllib.parse import quote
 import pytest
 from django.contrib.auth.models import Permission, User
 
-from django_workers import Owner, System, exceptions
+from django_workers import Owner, System, clock, exceptions
 from django_workers.authority import TASK_ID_MAX_LENGTH
 from django_workers.rest.errors import NOT_FOUND_DETAIL
+from django_workers.stores import default_store
 from django_workers.testing import run_tasks
 from django_workers.workflows import Workflow, WorkflowInfo, get_workflow_status
 from tests.helpers import client_for
@@ -424,3 +425,96 @@ def test_the_list_filters_by_state(users, running, finished):
     assert ids(state="completed") == [finished]
     assert ids(state="compensated") == []
     assert set(ids(state="")) == {running, finished}  # an empty value is no filter
+
+
+# -- a cancel while a node runs ---------------------------------------------------------------
+
+
+@pytest.fixture
+def shipping(users: dict[str, User], charged: str) -> str:
+    """The owner's workflow whose ``charge`` completed and whose ``ship`` runs now."""
+    [claimed] = default_store().claim("w-test", ["ship"], 1, clock.now())
+    assert default_store().begin_runs([claimed]) == [True]
+    return charged
+
+
+def test_a_cancel_while_a_node_runs_shows_compensating_at_once(users, shipping):
+    flow = client_for(users["owner"]).patch(url(shipping, "actions/cancel")).json()
+    assert flow["state"] == "compensating"
+    assert [node["state"] for node in flow["nodes"]] == ["completed", "running"]
+    assert client_for(users["owner"]).get(url(shipping)).json()["state"] == "compensating"
+
+
+def test_a_cancel_without_undo_while_a_node_runs_shows_cancelling(users, shipping):
+    client = client_for(users["owner"])
+    flow = client.patch(f"{url(shipping, 'actions/cancel')}?undo=false").json()
+    assert flow["state"] == "cancelling"
+    again = client.patch(url(shipping, "actions/cancel"))
+    assert (again.status_code, again.json()["state"]) == (200, "cancelling")
+    listed = client.get(API, {"state": "cancelling"}).json()["results"]
+    assert [w["id"] for w in listed] == [shipping]
+    assert client.get(API, {"state": "running"}).json()["results"] == []
+
+
+def test_dropping_the_undo_of_a_pending_cancel_is_409_unless_asked_for(users, shipping):
+    client = client_for(users["owner"])
+    assert client.patch(url(shipping, "actions/cancel")).json()["state"] == "compensating"
+    narrowing = client.patch(f"{url(shipping, 'actions/cancel')}?undo=false")
+    assert narrowing.status_code == 409
+    body = narrowing.json()
+    assert body["error"] == "cancel_narrows"
+    assert "charge" in body["detail"]  # what it would drop
+    assert now(shipping).state == "compensating"
+    dropped = client.patch(f"{url(shipping, 'actions/cancel')}?undo=false&drop_undo=true")
+    assert (dropped.status_code, dropped.json()["state"]) == (200, "cancelling")
+
+
+# -- query parameters, formats and methods -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "named"),
+    [
+        (API, "status=running", "'status'"),  # the task list's filter, not this one's
+        (API, "state=running&state=failed", "'state'"),
+        (API, "limit=5&limit=6", "'limit'"),
+        ("/workers/tasks/", "status=PENDING&status=FAILED", "'status'"),
+        ("/workers/tasks/", "state=RUNNING", "'state'"),
+    ],
+)
+def test_an_unknown_or_repeated_query_parameter_is_400_naming_it(users, path, query, named):
+    response = client_for(users["owner"]).get(f"{path}?{query}")
+    assert response.status_code == 400
+    assert response.json()["error"] == "invalid_options"
+    assert named in response.json()["detail"]
+
+
+def test_a_read_takes_no_query_parameter_and_a_cancel_only_its_own(users, running):
+    client = client_for(users["owner"])
+    assert client.get(f"{url(running)}?state=running").status_code == 400
+    refused = client.patch(f"{url(running, 'actions/cancel')}?undoo=false")
+    assert (refused.status_code, now(running).state) == (400, "running")
+    assert client.get(f"{url(running)}?format=json").status_code == 200
+
+
+def test_an_unknown_format_is_406_not_404(users, running):
+    for response in (
+        client_for(users["owner"]).get(API, {"format": "xml"}),
+        client_for(users["owner"]).get(url(running), {"format": "xml"}),
+    ):
+        assert response.status_code == 406
+        assert response.json()["error"] == "not_acceptable"
+        assert "'xml'" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("kind", ["task", "workflow"])
+def test_get_on_a_cancel_url_is_405_allowing_patch(users, running, kind):
+    path = url(running, "actions/cancel")
+    if kind == "task":
+        path = f"/workers/tasks/{quote(now(running).nodes[0].task_id, safe='')}/actions/cancel"
+    response = client_for(users["owner"]).get(path)
+    assert response.status_code == 405
+    assert response["Allow"] == "PATCH, OPTIONS"
+    assert response.json()["error"] == "method_not_allowed"
+    assert "PATCH" in response.json()["detail"]
+    assert now(running).state == "running"

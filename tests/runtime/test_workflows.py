@@ -21,6 +21,7 @@ from django_workers import (
     TaskStatus,
     Workflow,
     WorkflowAlreadyFinished,
+    WorkflowCancelNarrows,
     WorkflowExists,
     WorkflowNotFound,
     cancel_task,
@@ -167,8 +168,8 @@ def test_cancelling_after_a_node_completed_compensates_it(store: WorkerStore) ->
     assert store.begin_runs(claimed) == [True]
     run_tasks(store)  # nothing else is ready while charge runs
     info = handle.cancel()
-    # charge still runs: the workflow waits for it, then undoes what it did.
-    assert info.state == "running"
+    # charge still runs: the workflow waits for it, then undoes what it did; it says so at once.
+    assert (info.state, info.cancel_undo, info.cancel_pending) == ("compensating", True, True)
     assert store.runs_to_stop("w", {claimed[0].id: claimed[0].run_id}) == {claimed[0].id: "user"}
     end = lifecycle.run_end(claimed[0], "w", TaskStatus.COMPLETED, clock.now(), result=2)
     assert store.end_tasks([end]) == [True]
@@ -176,6 +177,76 @@ def test_cancelling_after_a_node_completed_compensates_it(store: WorkerStore) ->
     run_tasks(store)
     info = handle.status()
     assert (info.state, info.node("charge").undo.state) == ("compensated", "completed")  # type: ignore[union-attr]
+
+
+def _cancel_while_charge_runs(store: WorkerStore, key: str, **flags: bool) -> tuple[str, object]:
+    """Submit ``order(key)``, claim and start its charge; return the handle's id and the run."""
+    handle = order(key, **flags).submit(store=store)
+    [claimed] = store.claim("w", None, 1, clock.now())
+    assert store.begin_runs([claimed]) == [True]
+    return handle.id, claimed
+
+
+def test_a_cancel_without_undo_while_a_node_runs_shows_cancelling(store: WorkerStore) -> None:
+    workflow_id, claimed = _cancel_while_charge_runs(store, "o1")
+    handle = open_workflow(workflow_id, ANN, store=store)
+    info = handle.cancel(undo=False)
+    assert (info.state, info.cancel_undo, info.cancel_pending) == ("cancelling", False, True)
+    assert handle.status().state == "cancelling"
+    assert not info.is_finished
+    # Asking again changes nothing; the workflow ends once its running node has stopped.
+    assert handle.cancel().state == "cancelling"
+    end = lifecycle.run_end(claimed, "w", TaskStatus.CANCELLED, clock.now())  # type: ignore[arg-type]
+    assert store.end_tasks([end]) == [True]
+    info = handle.status()
+    assert (info.state, info.cancel_pending) == ("cancelled", False)
+
+
+def test_a_workflow_without_undo_steps_shows_cancelling_not_compensating(
+    store: WorkerStore,
+) -> None:
+    wf = Workflow("plain", ANN)
+    wf.add("only", t.add, args=[1, 1])
+    handle = wf.submit(store=store)
+    [claimed] = store.claim("w", None, 1, clock.now())
+    assert store.begin_runs([claimed]) == [True]
+    assert handle.cancel().state == "cancelling"
+
+
+def test_dropping_the_undo_of_a_pending_cancel_must_be_asked_for(store: WorkerStore) -> None:
+    workflow_id, claimed = _cancel_while_charge_runs(store, "o1")
+    handle = open_workflow(workflow_id, ANN, store=store)
+    assert handle.cancel().state == "compensating"
+    with pytest.raises(WorkflowCancelNarrows, match="would drop them") as refused:
+        handle.cancel(undo=False)
+    assert refused.value.code == "cancel_narrows"
+    assert handle.status().cancel_undo is True  # nothing changed
+    assert handle.cancel().state == "compensating"  # the same cancel again changes nothing
+    assert handle.cancel(undo=False, drop_undo=True).state == "cancelling"
+    end = lifecycle.run_end(claimed, "w", TaskStatus.COMPLETED, clock.now(), result=2)  # type: ignore[arg-type]
+    assert store.end_tasks([end]) == [True]
+    info = handle.status()
+    assert (info.state, info.node("charge").undo.state) == ("cancelled", "idle")  # type: ignore[union-attr]
+
+
+def test_the_state_filter_reads_a_pending_cancel_as_shown(store: WorkerStore) -> None:
+    _cancel_while_charge_runs(store, "undoing")
+    open_workflow("undoing", ANN, store=store).cancel()
+    _cancel_while_charge_runs(store, "stopping")
+    open_workflow("stopping", ANN, store=store).cancel(undo=False)
+    order("live").submit(store=store)
+
+    def listed(state: str) -> list[str]:
+        return [w.key for w in get_all_workflows(ANN, state=state, store=store)]
+
+    assert listed("running") == ["live"]
+    assert listed("cancelling") == ["stopping"]
+    assert listed("compensating") == ["undoing"]
+    assert [w.state for w in get_all_workflows(ANN, store=store)] == [
+        "running",
+        "cancelling",
+        "compensating",
+    ]
 
 
 # -- inside a node -----------------------------------------------------------------------------

@@ -199,3 +199,128 @@ def test_two_pictures_on_one_page_do_not_share_ids() -> None:
     other = workflow_svg(replace(workflow(node("a")), id="7::other"))
     ids = re.compile(r'id="([^"]+)"')
     assert not set(ids.findall(one)) & set(ids.findall(other))
+
+
+# -- edges never cross a box ---------------------------------------------------------------------
+
+Point = tuple[float, float]
+Rect = tuple[float, float, float, float]  # left, top, right, bottom
+
+
+def edge_segments(d: str) -> list[tuple[Point, Point]]:
+    """The straight pieces of a path's ``d`` (M, L, and C sampled finely)."""
+    tokens = re.findall(r"[MLC]|-?\d+(?:\.\d+)?", d)
+    segments: list[tuple[Point, Point]] = []
+    at: Point = (0.0, 0.0)
+    i = 0
+    while i < len(tokens):
+        command = tokens[i]
+        if command == "M":
+            at = (float(tokens[i + 1]), float(tokens[i + 2]))
+            i += 3
+        elif command == "L":
+            to = (float(tokens[i + 1]), float(tokens[i + 2]))
+            segments.append((at, to))
+            at, i = to, i + 3
+        else:  # C: two control points and the end, sampled as a polyline
+            c1, c2, end = ((float(tokens[i + k]), float(tokens[i + k + 1])) for k in (1, 3, 5))
+            previous = at
+            for step in range(1, 41):
+                t = step / 40
+                point = tuple(
+                    (1 - t) ** 3 * p0
+                    + 3 * (1 - t) ** 2 * t * p1
+                    + 3 * (1 - t) * t**2 * p2
+                    + t**3 * p3
+                    for p0, p1, p2, p3 in zip(at, c1, c2, end, strict=True)
+                )
+                segments.append((previous, point))  # type: ignore[arg-type]
+                previous = point  # type: ignore[assignment]
+            at, i = end, i + 7
+    return segments
+
+
+def crosses(segment: tuple[Point, Point], rect: Rect) -> bool:
+    """Whether a segment enters the inside of a rectangle (Liang-Barsky clipping)."""
+    (x0, y0), (x1, y1) = segment
+    left, top, right, bottom = rect
+    dx, dy = x1 - x0, y1 - y0
+    low, high = 0.0, 1.0
+    for p, q in ((-dx, x0 - left), (dx, right - x0), (-dy, y0 - top), (dy, bottom - y0)):
+        if p == 0:
+            if q <= 0:
+                return False
+        elif p < 0:
+            low = max(low, q / p)
+        else:
+            high = min(high, q / p)
+    return low < high
+
+
+def rects(markup: str) -> dict[str, list[Rect]]:
+    """Each node's boxes (its own and its undo's), shrunk by a pixel: touching is not crossing."""
+    found: dict[str, list[Rect]] = {}
+    for group in parse(markup).iter(f"{SVG}g"):
+        rect = group.find(f"{SVG}rect")
+        if rect is None:
+            continue
+        x, y = float(rect.get("x", 0)), float(rect.get("y", 0))
+        w, h = float(rect.get("width", 0)), float(rect.get("height", 0))
+        found.setdefault(group.get("data-node", ""), []).append(
+            (x + 1, y + 1, x + w - 1, y + h - 1)
+        )
+    return found
+
+
+def crossings(markup: str) -> list[tuple[str, str, str]]:
+    """(from, to, box) for every edge that passes through a box other than its two ends'."""
+    boxes_of = rects(markup)
+    found = []
+    for path in parse(markup).iter(f"{SVG}path"):
+        if path.get("class") != "dw-edge":
+            continue
+        ends = {path.get("data-from"), path.get("data-to")}
+        for segment in edge_segments(path.get("d", "")):
+            for name, shapes in boxes_of.items():
+                others = shapes if name not in ends else shapes[1:]  # an end's undo box counts
+                if any(crosses(segment, shape) for shape in others):
+                    found.append((str(path.get("data-from")), str(path.get("data-to")), name))
+    return sorted(set(found))
+
+
+def fan_out_and_merge(*, undo: bool) -> WorkflowInfo:
+    """A root, a fan-out of three, their merge, and a node after both the root and the merge."""
+    extra = {"undo": UndoInfo(state="idle", task_path="t.undo", queue="q")} if undo else {}
+    return workflow(
+        node("root", "completed", **extra),
+        *(node(f"part{i}", "completed", "root", **extra) for i in range(3)),
+        node("merge", "running", "part0", "part1", "part2", **extra),
+        node("report", "waiting", "root", "merge", always=True),
+        node("audit", "waiting", "root"),
+        node("late", "waiting", "part2", "report"),
+    )
+
+
+def test_the_crossing_check_sees_an_edge_through_a_box() -> None:
+    assert crosses(((0, 5), (100, 5)), (40, 0, 60, 10))
+    assert not crosses(((0, 20), (100, 20)), (40, 0, 60, 10))
+    assert not crosses(((30, 5), (39, 5)), (40, 0, 60, 10))
+
+
+def test_no_edge_crosses_a_box() -> None:
+    for undo in (False, True):
+        markup = workflow_svg(fan_out_and_merge(undo=undo))
+        paths = [p for p in parse(markup).iter(f"{SVG}path") if p.get("class") == "dw-edge"]
+        assert len(paths) == 11
+        assert crossings(markup) == [], f"undo={undo}"
+
+
+def test_a_long_edge_stays_inside_the_picture() -> None:
+    markup = workflow_svg(fan_out_and_merge(undo=True))
+    root = parse(markup)
+    height = float(root.get("height", 0))
+    for path in root.iter(f"{SVG}path"):
+        if path.get("class") == "dw-edge":
+            for (_, y0), (_, y1) in edge_segments(path.get("d", "")):
+                assert 0 < y0 < height
+                assert 0 < y1 < height

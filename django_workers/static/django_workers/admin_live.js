@@ -4,8 +4,9 @@
  * The page's <script data-dw-live-url=...> names a JSON view of the admin
  * (django_workers/admin/live.py). While the task or workflow has not ended, this
  * polls it every data-dw-interval milliseconds and puts the server-rendered
- * parts into the page; once it has ended, it reloads the page once, whose
- * buttons and outcome change then. Without JavaScript the page is the same,
+ * parts into the page; once it has ended, or the actions its buttons offer
+ * (data-dw-actions) differ, it reloads the page once, whose buttons and outcome
+ * change then. Without JavaScript the page is the same,
  * only still.
  */
 (function () {
@@ -25,9 +26,9 @@
 
   var show = {
     task: function (now) {
-      put(".field-status .readonly", now.status_display, true);
+      put(".field-status_display .readonly", now.status_html);
       put(".field-progress_display .readonly", now.progress_html);
-      put(".field-attempts .readonly", String(now.attempts), true);
+      put(".field-attempts_display .readonly", now.attempts_display, true);
       put(".field-duration_display .readonly", now.duration, true);
     },
     workflow: function (now) {
@@ -59,8 +60,9 @@
           if (now === null) {
             return;
           }
-          if (now.ended) {
-            window.location.reload();
+          var actions = script.getAttribute("data-dw-actions");
+          if (now.ended || (actions !== null && now.actions !== actions)) {
+            window.location.reload(); // its buttons change: the page draws them anew
             return;
           }
           show[kind](now);
