@@ -63,7 +63,11 @@ def configure_django(url: str, limit: int) -> None:
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_workers"],
         DATABASES={"default": database_from_env()},
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        DJANGO_WORKERS={"QUEUES": {"default": {"concurrency": limit}}} if limit else {},
+        # Its tasks live in benchmarks, no installed app.
+        DJANGO_WORKERS={
+            "TASK_MODULES": ["benchmarks"],
+            **({"QUEUES": {"default": {"concurrency": limit}}} if limit else {}),
+        },
         LOGGING_CONFIG=None,
     )
     django.setup()

@@ -85,7 +85,8 @@ def configure_django(url: str) -> None:
         DATABASES={"default": database},
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         TASKS={"default": {"BACKEND": "django_workers.backends.WorkersBackend"}},
-        DJANGO_WORKERS={},
+        # Its tasks live here, in no installed app.
+        DJANGO_WORKERS={"TASK_MODULES": ["benchmarks"]},
         LOGGING_CONFIG=None,
     )
     django.setup()

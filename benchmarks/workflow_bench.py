@@ -83,7 +83,8 @@ def configure_django(url: str) -> None:
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_workers"],
         DATABASES={"default": database},
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        DJANGO_WORKERS={},
+        # Its tasks live here, in no installed app.
+        DJANGO_WORKERS={"TASK_MODULES": ["benchmarks"]},
         LOGGING_CONFIG=None,
     )
     django.setup()

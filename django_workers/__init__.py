@@ -6,6 +6,8 @@ from importlib import metadata
 
 from django_workers.api import (
     TaskSubmission,
+    asubmit_task,
+    asubmit_tasks,
     aupdate_progress,
     cancel_task,
     get_all_tasks,
@@ -16,6 +18,7 @@ from django_workers.api import (
 )
 from django_workers.authority import Owner, System, owner_of, scoped_task_key
 from django_workers.cancellation import CancelReason
+from django_workers.decorator import task
 from django_workers.exceptions import (
     ArgumentsNotSerializable,
     ArgumentsTooLarge,
@@ -31,6 +34,7 @@ from django_workers.exceptions import (
     RuntimeInTransaction,
     TaskAlreadyFinished,
     TaskCancelled,
+    TaskNotAllowed,
     TaskNotFound,
     TaskNotImportable,
     TaskTimeoutError,
@@ -38,7 +42,7 @@ from django_workers.exceptions import (
     WorkersError,
     WorkflowExists,
 )
-from django_workers.handles import TaskHandle, open_task, submit
+from django_workers.handles import TaskHandle, asubmit, open_task, submit
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, cancel_reason, cancel_requested
 from django_workers.live import current_run
 from django_workers.options import TaskOptions
@@ -84,6 +88,7 @@ __all__ = [
     "TaskFailure",
     "TaskHandle",
     "TaskInfo",
+    "TaskNotAllowed",
     "TaskNotFound",
     "TaskNotImportable",
     "TaskOptions",
@@ -99,6 +104,9 @@ __all__ = [
     "WorkflowHandle",
     "WorkflowInfo",
     "WorkflowNotFound",
+    "asubmit",
+    "asubmit_task",
+    "asubmit_tasks",
     "aupdate_progress",
     "cancel_reason",
     "cancel_requested",
@@ -120,5 +128,6 @@ __all__ = [
     "submit",
     "submit_task",
     "submit_tasks",
+    "task",
     "update_progress",
 ]

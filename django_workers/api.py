@@ -90,6 +90,49 @@ def submit_tasks(
     return done.ids() if isinstance(done, AllCreated) else [sub.id for sub in done]
 
 
+async def asubmit_task(
+    key: str,
+    task: TaskRef,
+    authority: Authority,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    scope: Scope = "user",
+    watchers: Sequence[Owner] = (),
+    queue: str | None = None,
+    priority: int | None = None,
+    run_after: datetime | timedelta | None = None,
+    options: TaskOptions | None = None,
+    store: WorkerStore | None = None,
+) -> str:
+    """``submit_task`` from async code (an async view): the same checks, errors and id."""
+    # Thread-sensitive: the write runs on the thread that holds the request's connection,
+    # so a submit inside the view's transaction (via sync code) sees it.
+    return await sync_to_async(submit_task, thread_sensitive=True)(
+        key,
+        task,
+        authority,
+        args=args,
+        kwargs=kwargs,
+        scope=scope,
+        watchers=watchers,
+        queue=queue,
+        priority=priority,
+        run_after=run_after,
+        options=options,
+        store=store,
+    )
+
+
+async def asubmit_tasks(
+    submissions: Iterable[TaskSubmission], authority: Authority, *, store: WorkerStore | None = None
+) -> list[str]:
+    """``submit_tasks`` from async code: the same checks, errors and ids."""
+    return await sync_to_async(submit_tasks, thread_sensitive=True)(
+        submissions, authority, store=store
+    )
+
+
 # -- reading ----------------------------------------------------------------------------
 
 

@@ -19,7 +19,8 @@ from django.utils.module_loading import import_string
 
 from django_workers.bounds import CONCURRENCY_MAX, COUNT_MAX, SECONDS_MAX
 from django_workers.conf import DEFAULTS, workers_settings
-from django_workers.exceptions import TaskNotImportable
+from django_workers.exceptions import InvalidTaskOptions, TaskNotImportable
+from django_workers.options import TaskOptions
 from django_workers.references import resolve
 
 #: The keys a DJANGO_WORKERS["QUEUES"] entry may have.
@@ -100,6 +101,7 @@ def check_workers_settings(app_configs: Any = None, **kwargs: Any) -> list[Check
     errors += _retention()
     errors += _schedules()
     errors += _metrics_token()
+    errors += _task_modules()
     return errors
 
 
@@ -354,6 +356,23 @@ def _metrics_token() -> list[CheckMessage]:
     ]
 
 
+def _task_modules() -> list[CheckMessage]:
+    prefixes = workers_settings.TASK_MODULES
+    if isinstance(prefixes, list | tuple) and all(
+        isinstance(p, str) and p and all(part.isidentifier() for part in p.split("."))
+        for p in prefixes
+    ):
+        return []
+    return [
+        Error(
+            f"DJANGO_WORKERS['TASK_MODULES'] must be a list of module names, got {prefixes!r}.",
+            hint="List the module prefixes, besides installed apps, whose functions run as "
+            'tasks, e.g. ["myproject.jobs"]; a worker refuses a task outside them.',
+            id="django_workers.E022",
+        )
+    ]
+
+
 def _retention() -> list[CheckMessage]:
     retention = workers_settings.RETENTION
     if not isinstance(retention, dict):
@@ -411,7 +430,24 @@ def _schedules() -> list[CheckMessage]:
                     id="django_workers.E018",
                 )
             )
+        if schedule.options is not None:
+            errors += _schedule_options(key, schedule.options)
     return errors
+
+
+def _schedule_options(key: str, options: TaskOptions) -> list[CheckMessage]:
+    """The exception paths of a schedule's options, imported now rather than at its first tick."""
+    try:
+        options.checked()
+    except InvalidTaskOptions as e:
+        return [
+            Error(
+                f"Schedule {key!r}: {e}",
+                hint="Name exception classes that import, in retry_on and retry_never.",
+                id="django_workers.E017",
+            )
+        ]
+    return []
 
 
 def check_migrations_applied(

@@ -57,6 +57,9 @@ DEFAULTS: dict[str, Any] = {
     "CLEANUP_BATCH": 500,
     # Periodic tasks by key: {"refresh-rates": {"task": "app.tasks.f", "cron": "*/5 * * * *"}}.
     "SCHEDULES": {},
+    # Module prefixes, besides the installed apps' packages, whose functions a worker may
+    # run as tasks: ["myproject.jobs"]. A path outside both is refused, never imported.
+    "TASK_MODULES": [],
     # A secret that opens the metrics view to "Authorization: Bearer <token>"; None: staff only.
     "METRICS_TOKEN": None,
 }

@@ -88,6 +88,16 @@ class TaskNotImportable(WorkersError, ValueError):
     code = "not_importable"
 
 
+class TaskNotAllowed(TaskNotImportable):
+    """The path names no task a worker may run: it is outside the modules tasks live in.
+
+    Raised at submit, and by a worker for a record that names such a path, which
+    then ends FAILED without its module being imported (and is never retried).
+    """
+
+    code = "not_allowed"
+
+
 class ArgumentsNotSerializable(WorkersError, TypeError):
     """Task arguments (or a result) cannot be stored as JSON."""
 

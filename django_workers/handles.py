@@ -93,6 +93,38 @@ def submit(
     return open_task(task_id, authority, store=store)
 
 
+async def asubmit(
+    key: str,
+    task: TaskRef,
+    authority: Authority,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    scope: Scope = "user",
+    watchers: Sequence[Owner] = (),
+    queue: str | None = None,
+    priority: int | None = None,
+    run_after: datetime | timedelta | None = None,
+    options: TaskOptions | None = None,
+    store: WorkerStore | None = None,
+) -> TaskHandle:
+    """``submit`` from async code (an async view): the same checks and errors; a handle."""
+    return await sync_to_async(submit, thread_sensitive=True)(
+        key,
+        task,
+        authority,
+        args=args,
+        kwargs=kwargs,
+        scope=scope,
+        watchers=watchers,
+        queue=queue,
+        priority=priority,
+        run_after=run_after,
+        options=options,
+        store=store,
+    )
+
+
 class TaskHandle:
     """One run of one task, as seen by an authority; made by ``open_task`` or ``submit``."""
 

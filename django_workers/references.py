@@ -2,7 +2,13 @@
 
 A worker in another process finds a task by importing its dotted path, so
 only module-level functions (plain, or Django ``@task`` objects) qualify.
-Values cross the database as JSON; anything else is refused before a write.
+Only tasks run: a path is imported only if its module belongs to an
+installed app or to a prefix of ``DJANGO_WORKERS["TASK_MODULES"]``, decided
+on the path alone; what it names must then be a Django ``Task`` (which a
+``django_workers.task`` function is) or a function defined in such a
+module. A record that names ``os.system`` is refused without importing
+anything. Values cross the database as JSON; anything else is refused
+before a write.
 """
 
 from __future__ import annotations
@@ -15,32 +21,57 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
 from json.encoder import encode_basestring_ascii as _json_string
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.core.serializers.json import DjangoJSONEncoder
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 from django.tasks import Task
 from django.utils.module_loading import import_string
 
 from django_workers.bounds import TASK_PATH_MAX_LENGTH
-from django_workers.exceptions import ArgumentsNotSerializable, TaskNotImportable
+from django_workers.conf import workers_settings
+from django_workers.exceptions import ArgumentsNotSerializable, TaskNotAllowed, TaskNotImportable
+
+if TYPE_CHECKING:
+    from django_workers.options import TaskOptions
 
 TaskRef = str | Callable[..., Any] | Task
 
 
 def task_path(task: TaskRef) -> str:
     """Return the dotted path a worker imports to run ``task``, or raise TaskNotImportable."""
+    return task_reference(task)[0]
+
+
+def task_reference(task: TaskRef) -> tuple[str, TaskOptions | None]:
+    """``task_path``, and the options ``django_workers.task`` declared for the task (or None)."""
     try:
         hash(task)
     except TypeError:
-        return _task_path(task)
+        return _task_reference(task)
     # Cached: a bulk submit of one task checks its importability once, not per record.
-    return _cached_task_path(task)
+    return _cached_task_reference(task)
+
+
+def declared_options(target: object) -> TaskOptions | None:
+    """The defaults ``django_workers.task`` gave a task (a Task or its function), or None."""
+    func = target.func if isinstance(target, Task) else target
+    return getattr(func, DECLARED_OPTIONS, None)
+
+
+#: The attribute ``django_workers.task`` sets on a function: its TaskOptions.
+DECLARED_OPTIONS = "django_workers_options"
+
+
+def _task_reference(task: TaskRef) -> tuple[str, TaskOptions | None]:
+    if isinstance(task, str):
+        return task, declared_options(resolve(task))
+    return _task_path(task), declared_options(task)
 
 
 def _task_path(task: TaskRef) -> str:
-    if isinstance(task, str):
-        resolve(task)
-        return task
     if isinstance(task, Task):
         func = task.func
         path = task.module_path
@@ -56,7 +87,7 @@ def _task_path(task: TaskRef) -> str:
     return path
 
 
-_cached_task_path = functools.lru_cache(maxsize=1024)(_task_path)
+_cached_task_reference = functools.lru_cache(maxsize=1024)(_task_reference)
 
 
 def _refuse_unimportable(func: Callable[..., Any], path: str) -> None:
@@ -84,8 +115,20 @@ def _refuse_unimportable(func: Callable[..., Any], path: str) -> None:
 
 
 def resolve(path: str) -> Callable[..., Any] | Task:
-    """Import a task by dotted path: a function or a Django Task, else TaskNotImportable."""
+    """Import a task by dotted path: a function or a Django Task, else TaskNotImportable.
+
+    TaskNotAllowed, before anything is imported, for a path outside the modules
+    tasks may live in; and after, for one that names no task of those modules.
+    """
     _check_path(path)
+    module = path.rpartition(".")[0]
+    if not module_allowed(module):
+        raise TaskNotAllowed(
+            f"{path!r} is not in a module a worker may run tasks from: an installed app's "
+            "package, or a module prefix listed in DJANGO_WORKERS['TASK_MODULES']. Define "
+            "the task in an app's tasks.py, or add its module (or a prefix of it) to "
+            "TASK_MODULES."
+        )
     try:
         target = _import(path)
     except ImportError as e:
@@ -95,7 +138,47 @@ def resolve(path: str) -> Callable[..., Any] | Task:
         ) from e
     if not callable(target) and not isinstance(target, Task):
         raise TaskNotImportable(f"{path!r} imports a {type(target).__name__}, not a function.")
+    if not _is_task(target):
+        raise TaskNotAllowed(
+            f"{path!r} names a {type(target).__name__} from {_origin(target)!r}, which is no "
+            "task: a worker runs a Django @task, a @django_workers.task function, or a "
+            "function defined in an installed app or TASK_MODULES. Submit the function where "
+            "it is defined, or declare it with @django_workers.task there."
+        )
     return target
+
+
+def _is_task(target: object) -> bool:
+    """Whether a worker may call ``target``: a Task, or a function defined where tasks live."""
+    if isinstance(target, Task):
+        return True
+    return inspect.isfunction(target) and module_allowed(_origin(target))
+
+
+def _origin(target: object) -> str:
+    return str(getattr(target, "__module__", None) or "?")
+
+
+@functools.lru_cache(maxsize=1024)  # asked at every run's start
+def module_allowed(module: str) -> bool:
+    """Whether tasks may live in ``module``: an installed app's, or under TASK_MODULES."""
+    prefixes = _task_prefixes()
+    return module in prefixes or any(module.startswith(f"{p}.") for p in prefixes)
+
+
+@functools.cache
+def _task_prefixes() -> frozenset[str]:
+    listed = workers_settings.TASK_MODULES
+    extra = [p for p in listed if isinstance(p, str)] if isinstance(listed, list | tuple) else []
+    return frozenset([config.name for config in apps.get_app_configs()] + extra)
+
+
+@receiver(setting_changed)
+def _forget_task_prefixes(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("INSTALLED_APPS", "DJANGO_WORKERS"):
+        _task_prefixes.cache_clear()
+        module_allowed.cache_clear()
+        _cached_task_reference.cache_clear()
 
 
 #: Shows a refused value in a message without repeating all of a long one.

@@ -42,7 +42,7 @@ from django_workers.exceptions import (
     InvalidTaskOptions,
 )
 from django_workers.options import TaskOptions
-from django_workers.references import TaskRef, ids_and_names_json, task_path, to_json_text
+from django_workers.references import TaskRef, ids_and_names_json, task_reference, to_json_text
 from django_workers.stores import NewTask, Submitted, WorkerStore
 from django_workers.stores.base import AllCreated, RecordStream, grants_of
 
@@ -125,6 +125,8 @@ def build_tasks(
                 spec.task,
                 spec.queue,
                 spec.options,
+                # Equal options that set other fields override a task's defaults otherwise.
+                getattr(spec.options, "given", None),
                 spec.priority,
                 type(spec.priority),
                 spec.run_after,
@@ -240,7 +242,7 @@ def build_task(
     if spec.scope not in SCOPES:
         raise InvalidTaskKey(f"scope must be 'user' or 'global', got {spec.scope!r}.")
     task_id = scoped_task_key(spec.key, authority, spec.scope)
-    path = task_path(spec.task)
+    path, declared = task_reference(spec.task)
     django_task = spec.task if isinstance(spec.task, Task) else None
     queue = spec.queue
     if queue is None:  # only None means "the default": an empty name is refused below
@@ -248,11 +250,8 @@ def build_task(
     queue = _check_queue(queue)
     _check_listed(queue)
     _authorize_queue(store, queue, authority)
-    options = spec.options if spec.options is not None else DEFAULT_OPTIONS
-    if not isinstance(options, TaskOptions):
-        raise InvalidTaskOptions(f"options must be a TaskOptions, got {type(options).__name__}.")
     # Shared by every record of the same options (and never changed), so encoded once in bulk.
-    stored_options = _options_json(options)
+    stored_options = _options_json(effective_options(spec.options, declared))
     if django_task is not None and django_task.takes_context:
         stored_options = {**stored_options, "takes_context": True}
     priority = spec.priority if spec.priority is not None else getattr(django_task, "priority", 0)
@@ -279,9 +278,19 @@ def build_task(
     )
 
 
+def effective_options(given: object, declared: TaskOptions | None) -> TaskOptions:
+    """A call's options over the task's declared defaults, checked; InvalidTaskOptions if bad."""
+    if given is not None and not isinstance(given, TaskOptions):
+        raise InvalidTaskOptions(f"options must be a TaskOptions, got {type(given).__name__}.")
+    if given is None:
+        return declared or DEFAULT_OPTIONS
+    return given.over(declared)
+
+
 @functools.lru_cache(maxsize=64)
 def _options_json(options: TaskOptions) -> dict[str, Any]:
-    return options.to_json()
+    """The options as stored, their exception paths checked (cached: imported once)."""
+    return options.checked().to_json()
 
 
 #: Run ids minted ahead, from one read of the random source (a system call each).

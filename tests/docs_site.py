@@ -27,6 +27,9 @@ DOCS_TASKS = {
     }
 }
 
+#: The shop is not an installed app of the test settings: its tasks are allowed this way.
+DOCS_WORKERS = {"TASK_MODULES": ["shop"]}
+
 
 def setup_page(namespace: dict[str, Any]) -> None:
     """Give a page the names its view examples take for granted: a logged-in ``request``."""
@@ -78,7 +81,10 @@ def docs_site(
 
     if str(EXAMPLE_PROJECT) not in sys.path:
         sys.path.insert(0, str(EXAMPLE_PROJECT))
-    with django_db_blocker.unblock(), override_settings(TASKS=DOCS_TASKS, DJANGO_WORKERS={}):
+    with (
+        django_db_blocker.unblock(),
+        override_settings(TASKS=DOCS_TASKS, DJANGO_WORKERS=DOCS_WORKERS),
+    ):
         _forget_everything()
         declared_before = registry.all()
         served = None

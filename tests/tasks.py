@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, defaultdict
+
+# A function of another module, imported into this installed app's module: a path naming
+# it here (tests.tasks.getoutput) is no task, and is refused.
+from subprocess import getoutput  # noqa: F401
 from typing import Any
 
 from django.tasks import TaskContext, task
+
+import django_workers
 
 
 def add(a: int, b: int) -> int:
@@ -633,3 +639,57 @@ def return_early_when_asked(name: str, limit: float = 30.0) -> str:
             return "stopped early"
         time.sleep(0.01)
     return "ran to its end"
+
+
+# -- django_workers.task: defaults declared next to the function ---------------------------
+
+
+@django_workers.task
+def declared_add(a: int, b: int) -> int:
+    """Declared bare: no options of its own, a Django Task all the same."""
+    return a + b
+
+
+@django_workers.task(backend="workers", retries=2, retry_backoff=0.05, retry_jitter=False)
+def declared_flaky() -> int:
+    """Fail attempts 1 and 2, succeed on the third (its declared retries allow two more)."""
+    from django_workers import current_run
+
+    attempt = current_run().attempts
+    if attempt < 3:
+        raise RuntimeError(f"attempt {attempt} fails")
+    return attempt
+
+
+class ServiceDown(ConnectionError):
+    """A failure worth trying again: retry_on names its base class."""
+
+
+@django_workers.task(
+    retries=3, retry_backoff=0.05, retry_jitter=False, retry_on=[ConnectionError], timeout=60
+)
+def retried_on_connection_errors(kind: str) -> int:
+    """Raise ``kind`` ("down": ServiceDown, "bad": ValueError) on attempt 1; then return it."""
+    from django_workers import current_run
+
+    attempt = current_run().attempts
+    if attempt == 1:
+        raise ServiceDown("the service is down") if kind == "down" else ValueError("bad data")
+    return attempt
+
+
+@django_workers.task(retries=3, retry_backoff=0.05, retry_never=["builtins.KeyError"])
+def never_retried_on_key_errors() -> None:
+    """Raise KeyError, which its declaration never retries (a LookupError is retried)."""
+    raise KeyError("no such row")
+
+
+@django_workers.task(retries=1, retry_backoff=0.05, retry_on=[LookupError])
+def asks_for_a_retry() -> int:
+    """Raise Retry on attempt 1, which retries whatever retry_on says."""
+    from django_workers import Retry, current_run
+
+    attempt = current_run().attempts
+    if attempt == 1:
+        raise Retry("not ready", after=0.05)
+    return attempt

@@ -27,6 +27,7 @@ HTTP_STATUS: dict[type[workers.WorkersError], int] = {
     workers.InvalidWorkflow: status.HTTP_400_BAD_REQUEST,
     workers.InvalidSchedule: status.HTTP_400_BAD_REQUEST,
     workers.TaskNotImportable: status.HTTP_400_BAD_REQUEST,
+    workers.TaskNotAllowed: status.HTTP_400_BAD_REQUEST,
     workers.ArgumentsNotSerializable: status.HTTP_400_BAD_REQUEST,
     workers.ArgumentsTooLarge: status.HTTP_400_BAD_REQUEST,
     workers.AuthorizationError: status.HTTP_403_FORBIDDEN,

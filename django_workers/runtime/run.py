@@ -39,6 +39,7 @@ from django_workers.exceptions import (
     ResultTooLarge,
     Retry,
     TaskCancelled,
+    TaskNotAllowed,
     TaskTimeoutError,
 )
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
@@ -232,9 +233,13 @@ def _may_retry(handle: RunHandle, error: BaseException) -> bool:
     reason = handle.token.reason
     if reason is not CancelReason.NONE and reason is not CancelReason.SHUTDOWN:
         return False  # cancelled, timed out or superseded: no attempt after this one
-    if isinstance(error, TaskTimeoutError | TaskCancelled):
+    if isinstance(error, TaskTimeoutError | TaskCancelled | TaskNotAllowed):
         return False
-    return handle._attempts <= handle.info.options.retries
+    options = handle.info.options
+    # A Retry the task raised asks for one; retry_on and retry_never judge the rest.
+    if not isinstance(error, Retry) and not options.retries_error(error):
+        return False
+    return handle._attempts <= options.retries
 
 
 def _completed(handle: RunHandle, value: Any) -> TaskEnd:

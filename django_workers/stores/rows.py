@@ -73,8 +73,14 @@ def options_of(stored: Mapping[str, Any] | None) -> TaskOptions:
         # With the values' types: 1 and 1.0, or 1 and True, are equal keys but not options.
         key = (tuple(stored.items()), tuple(map(type, stored.values()))) if stored else ()
         found = _OPTIONS.get(key)
-    except TypeError:  # a value that cannot be a key (a list): build it each time
-        return TaskOptions.from_json(stored)  # type: ignore[arg-type]
+    except TypeError:  # a list (retry_on's paths): keyed as a tuple of its items
+        assert stored is not None
+        try:
+            items = tuple((k, tuple(v) if type(v) is list else v) for k, v in stored.items())
+            key = (items, tuple(map(type, stored.values())))
+            found = _OPTIONS.get(key)
+        except TypeError:  # a value that still cannot be a key: build it each time
+            return TaskOptions.from_json(stored)  # type: ignore[arg-type]
     if found is None:
         found = TaskOptions.from_json(stored)  # type: ignore[arg-type]
         if len(_OPTIONS) >= _OPTIONS_MAX:

@@ -61,11 +61,10 @@ from django_workers.exceptions import (
 )
 from django_workers.info import TaskStatus
 from django_workers.options import TaskOptions
-from django_workers.references import TaskRef, task_path
+from django_workers.references import TaskRef, task_path, task_reference
 from django_workers.stores import NewTask, WorkerStore, default_store
 from django_workers.stores.base import NewWorkflow
 from django_workers.submission import (
-    DEFAULT_OPTIONS,
     DEFAULT_QUEUE,
     _authorize_queue,
     _check_args,
@@ -75,6 +74,7 @@ from django_workers.submission import (
     _check_queue,
     _check_size,
     _options_json,
+    effective_options,
     new_run_id,
 )
 from django_workers.workflows import machine
@@ -410,7 +410,8 @@ class Workflow:
         where = f"Node {node.name!r}"
         checked = _check_call(node._call, where, problems)
         django_task = node._call.task if isinstance(node._call.task, Task) else None
-        options = _attempt(problems, where, _stored_options, node._options, django_task)
+        declared = _declared(node._call.task)
+        options = _attempt(problems, where, _stored_options, node._options, declared, django_task)
         priority = node._priority
         if priority is None:
             priority = getattr(django_task, "priority", 0)
@@ -492,16 +493,17 @@ def _plan_undo(call: _Call, where: str, problems: list[str]) -> UndoPlan | None:
         return None
     path, args, kwargs, queue = checked
     django_task = call.task if isinstance(call.task, Task) else None
-    if call.options is None:
-        # Empty (the undo's default retries apply when it is queued), as plans always had.
-        takes_context = django_task is not None and django_task.takes_context
-        options = {"takes_context": True} if takes_context else {}
-    else:
-        try:
-            options = _stored_options(call.options, django_task)
-        except InvalidTaskOptions as e:
-            problems.append(f"{where}: {e}")
-            return None
+    declared = _declared(call.task)
+    try:
+        if call.options is None:
+            # The options its task declares, else none: the undo's default retries apply
+            # when it is queued to what is not set here.
+            options = _declared_options(declared, django_task)
+        else:
+            options = _stored_options(call.options, declared, django_task)
+    except InvalidTaskOptions as e:
+        problems.append(f"{where}: {e}")
+        return None
     return UndoPlan(task_path=path, args=args, kwargs=kwargs, queue=queue, options=options)
 
 
@@ -512,12 +514,30 @@ def _queue_name(queue: object) -> str:
     return name
 
 
-def _stored_options(options: object, django_task: Task | None) -> dict[str, Any]:
-    if options is None:
-        options = DEFAULT_OPTIONS
-    if not isinstance(options, TaskOptions):
-        raise InvalidTaskOptions(f"options must be a TaskOptions, got {type(options).__name__}.")
-    stored = dict(_options_json(options))
+def _declared(task: object) -> TaskOptions | None:
+    """The defaults ``django_workers.task`` gave ``task``; None if it has none or is refused
+    (the refusal is reported with the node's task)."""
+    try:
+        return task_reference(task)[1]  # type: ignore[arg-type]
+    except (TaskNotImportable, TypeError):
+        return None
+
+
+def _stored_options(
+    options: object, declared: TaskOptions | None, django_task: Task | None
+) -> dict[str, Any]:
+    stored = dict(_options_json(effective_options(options, declared)))
+    if django_task is not None and django_task.takes_context:
+        stored["takes_context"] = True
+    return stored
+
+
+def _declared_options(declared: TaskOptions | None, django_task: Task | None) -> dict[str, Any]:
+    """An undo's options when it is given none: only those its task's declaration sets."""
+    stored: dict[str, Any] = {}
+    if declared is not None:
+        full = _options_json(declared)
+        stored = {name: full[name] for name in declared.given if name in full}
     if django_task is not None and django_task.takes_context:
         stored["takes_context"] = True
     return stored

@@ -10,10 +10,12 @@ shutdown actually stops it.
 
 from __future__ import annotations
 
+import smtplib
 import time
 
 from django.tasks import task
 
+import django_workers
 from django_workers import current_run, update_progress
 
 #: Seconds of pretend work per step.
@@ -97,6 +99,23 @@ def send_receipt(order_id: int) -> str:
     """
     time.sleep(4 * STEP)
     return f"receipt for order {order_id} sent"
+
+
+@django_workers.task(
+    queue_name="emails",
+    timeout=120,
+    retries=5,
+    retry_backoff=10,
+    retry_on=[smtplib.SMTPException, ConnectionError],
+)
+def send_invoice(order_id: int) -> str:
+    """Mail an order's invoice; a mail server that is away is tried again later.
+
+    Declared with ``django_workers.task``: its timeout and retry rules apply
+    wherever it is submitted, ``.enqueue()`` included.
+    """
+    time.sleep(STEP)
+    return f"invoice for order {order_id} sent"
 
 
 @task

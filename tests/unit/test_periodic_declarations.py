@@ -142,6 +142,17 @@ def test_a_good_setting_declares_schedules_and_passes_the_checks() -> None:
         ({"a": {"task": "tests.tasks.noop", "every": 5, "options": {"retry": 1}}}, "E017", "retry"),
         ({"a b": {"task": "tests.tasks.noop", "every": 5}}, "E017", "spaces"),
         ({"a": {"task": "tests.tasks.nothing_here", "every": 5}}, "E018", "Cannot import"),
+        ({"a": {"task": "os.getcwd", "every": 5}}, "E018", "TASK_MODULES"),
+        (
+            {"a": {"task": "tests.tasks.noop", "every": 5, "options": {"retry_on": ["os.sep"]}}},
+            "E017",
+            "'os.sep' is a str, not an exception class",
+        ),
+        (
+            {"a": {"task": "tests.tasks.noop", "every": 5, "options": {"retry_on": "nope"}}},
+            "E017",
+            "retry_on takes exception classes",
+        ),
     ],
 )
 def test_a_bad_setting_is_a_check_error_that_says_what_to_write(schedules, check_id, text) -> None:
