@@ -6,9 +6,9 @@ Only tasks run: a path is imported only if its module belongs to an
 installed app or to a prefix of ``DJANGO_WORKERS["TASK_MODULES"]``, decided
 on the path alone; what it names must then be a Django ``Task`` (which a
 ``django_workers.task`` function is) or a function defined in such a
-module. A record that names ``os.system`` is refused without importing
-anything. Values cross the database as JSON; anything else is refused
-before a write.
+module (in Django's own apps and this one, a Task only). A record that
+names ``os.system`` is refused without importing anything. Values cross the
+database as JSON; anything else is refused before a write.
 """
 
 from __future__ import annotations
@@ -148,11 +148,32 @@ def resolve(path: str) -> Callable[..., Any] | Task:
     return target
 
 
+#: Installed apps whose plain functions are no tasks: Django's own and this app's. Their
+#: modules hold functions such as password or retry helpers that no record may call.
+FRAMEWORK_PACKAGES = ("django", "django_workers")
+
+
 def _is_task(target: object) -> bool:
     """Whether a worker may call ``target``: a Task, or a function defined where tasks live."""
     if isinstance(target, Task):
         return True
-    return inspect.isfunction(target) and module_allowed(_origin(target))
+    return inspect.isfunction(target) and functions_are_tasks(_origin(target))
+
+
+@functools.lru_cache(maxsize=1024)
+def functions_are_tasks(module: str) -> bool:
+    """Whether a plain function of ``module`` may run as a task.
+
+    Those of an installed app's modules and of TASK_MODULES may; in Django's and
+    this app's own packages only a Task does, unless TASK_MODULES lists the module.
+    """
+    listed = workers_settings.TASK_MODULES
+    prefixes = [p for p in listed if isinstance(p, str)] if isinstance(listed, list | tuple) else []
+    if any(module == p or module.startswith(f"{p}.") for p in prefixes):
+        return True
+    if any(module == p or module.startswith(f"{p}.") for p in FRAMEWORK_PACKAGES):
+        return False
+    return module_allowed(module)
 
 
 def _origin(target: object) -> str:
@@ -178,6 +199,7 @@ def _forget_task_prefixes(*, setting: str, **kwargs: Any) -> None:
     if setting in ("INSTALLED_APPS", "DJANGO_WORKERS"):
         _task_prefixes.cache_clear()
         module_allowed.cache_clear()
+        functions_are_tasks.cache_clear()
         _cached_task_reference.cache_clear()
 
 

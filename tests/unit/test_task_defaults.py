@@ -204,6 +204,26 @@ def test_a_function_imported_into_an_app_module_is_no_task() -> None:
         resolve("tests.tasks.getoutput")
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "django.contrib.auth.hashers.make_password",
+        "django_workers.operations.retry_as",
+        "django_workers.api.submit_task",
+    ],
+)
+def test_a_plain_function_of_djangos_or_this_apps_own_packages_is_no_task(path: str) -> None:
+    with pytest.raises(TaskNotAllowed, match="which is no task"):
+        resolve(path)
+
+
+def test_task_modules_may_still_name_a_module_of_those_packages() -> None:
+    with override_settings(DJANGO_WORKERS={"TASK_MODULES": ["django.contrib.auth.hashers"]}):
+        assert callable(resolve("django.contrib.auth.hashers.make_password"))
+    with pytest.raises(TaskNotAllowed):
+        resolve("django.contrib.auth.hashers.make_password")  # forgotten with the setting
+
+
 def test_tasks_functions_and_django_tasks_of_an_app_resolve() -> None:
     assert resolve("tests.tasks.add") is tasks.add
     assert resolve("tests.tasks.django_add") is tasks.django_add
