@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 from django.db import DatabaseError
 
 from django_workers.cancellation import CancelReason
+from django_workers.core import NewTask
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 from django_workers.stores.zombies import Refused, log_refused
@@ -62,41 +63,6 @@ STATE_FIELDS: Final = frozenset(
         "worker_id",
     }
 )
-
-
-@dataclass(slots=True, kw_only=True)
-class NewTask:
-    """A record to write: a first submit, or the re-run that replaces a finished one.
-
-    Never changed once built. Not a frozen dataclass only for speed: one is built per
-    submitted task, and a frozen one's ``__init__`` pays a ``setattr`` call per field
-    (an eighth of a bulk submit's time).
-    """
-
-    id: str
-    key: str
-    owner: str | None
-    scope: str
-    task_path: str
-    args: list[Any]
-    kwargs: dict[str, Any]
-    queue: str
-    priority: int
-    run_after: datetime | None
-    options: dict[str, Any]
-    run_id: str
-    created_at: datetime
-    # Identities granted read/list/cancel besides the owner derived from the id.
-    watchers: tuple[str, ...] = ()
-    status: TaskStatus = TaskStatus.PENDING
-    workflow: str | None = None
-    node: str | None = None
-    # ``(args, kwargs, args as JSON text, kwargs as JSON text)`` as the submission's check
-    # encoded them: a writer that sends JSON as text takes the text while ``args`` and
-    # ``kwargs`` are still those objects, instead of encoding them again.
-    arguments_json: tuple[Any, Any, str, str] | None = field(
-        default=None, compare=False, repr=False
-    )
 
 
 def grants_of(new: NewTask) -> list[str]:

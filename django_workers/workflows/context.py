@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 from django_workers.authority import SEPARATOR
+from django_workers.core import ReadsTasks
 from django_workers.exceptions import RemoteTaskError
 from django_workers.info import TaskInfo, TaskStatus
-from django_workers.stores.base import WorkerStore
 from django_workers.workflows.records import node_label, node_task_id, read_label
 
 _ENDED = (TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED)
@@ -24,13 +24,13 @@ class WorkflowContext(str):
     """The workflow id of the running node, with its nodes' outcomes and results."""
 
     _key: str
-    _store: WorkerStore
+    _store: ReadsTasks
     #: The name of the node this run is (for an undo: the node it undoes).
     node: str
     #: True when this run is the node's undo (its compensation step).
     undo: bool
 
-    def __new__(cls, info: TaskInfo, store: WorkerStore) -> WorkflowContext:
+    def __new__(cls, info: TaskInfo, store: ReadsTasks) -> WorkflowContext:
         workflow_id = info.workflow or ""
         self = super().__new__(cls, workflow_id)
         self._key = workflow_id.split(SEPARATOR, 1)[1] if SEPARATOR in workflow_id else workflow_id

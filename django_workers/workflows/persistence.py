@@ -22,11 +22,10 @@ from typing import Any, Protocol
 
 from django_workers import lifecycle
 from django_workers.cancellation import CancelReason
+from django_workers.core import NewTask, new_run_id
 from django_workers.exceptions import WorkflowCancelNarrows
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
-from django_workers.stores.base import NewTask
-from django_workers.submission import new_run_id
 from django_workers.workflows import machine
 from django_workers.workflows.machine import (
     CancelWaiting,
