@@ -29,7 +29,6 @@ from django_workers.models import (
 )
 from django_workers.stores import rows, sql
 from django_workers.stores.base import ANY_RUN, NewTask, RunId, WorkerStore, grants_of
-from django_workers.stores.database.ends import EndWriter, end_writer
 
 #: The columns a TaskInfo is built from, read with .values() (no model instances).
 COLUMNS = tuple(record_fields())
@@ -82,7 +81,6 @@ class DatabaseAccess(WorkerStore):
     def __init__(self, using: str | None = None, **policy: Any) -> None:
         super().__init__(**policy)
         self._using = using
-        self._end_writers: dict[str, EndWriter] = {}
 
     @property
     def using(self) -> str:
@@ -120,14 +118,6 @@ class DatabaseAccess(WorkerStore):
 
     def _flows(self) -> Any:
         return WorkflowRecord.objects.using(self.using)
-
-    def _ends(self) -> EndWriter:
-        """How ends are written on this store's database: chosen once per alias, then kept."""
-        alias = self.using
-        writer = self._end_writers.get(alias)
-        if writer is None:
-            writer = self._end_writers.setdefault(alias, end_writer(self, alias))
-        return writer
 
     def _autocommit(self) -> bool:
         return _in_autocommit(connections[self.using])

@@ -15,6 +15,7 @@ from django_workers.workflows import persistence
 
 if TYPE_CHECKING:
     from django_workers.stores.database.access import DatabaseAccess
+    from django_workers.stores.database.ends import EndWriter
 
 #: The columns of a workflow row, read with .values().
 WORKFLOW_COLUMNS = sql.WORKFLOW_COLUMNS
@@ -23,9 +24,9 @@ WORKFLOW_COLUMNS = sql.WORKFLOW_COLUMNS
 class Book:
     """The row operations the workflow routine runs in this store's transaction."""
 
-    def __init__(self, store: DatabaseAccess) -> None:
+    def __init__(self, store: DatabaseAccess, writer: EndWriter) -> None:
         self.store = store
-        self.writer = store._ends()
+        self.writer = writer
         # Rows locked in this transaction, as the workflow routine last left them.
         self.locked: dict[str, dict[str, Any]] = {}
         # Nodes to make PENDING, written with the next statement that needs them.
@@ -43,7 +44,9 @@ class Book:
         return {i: self.locked[i] for i in ids if i in self.locked}
 
     def save_workflow(self, workflow_id: str, fields: Mapping[str, Any]) -> None:
-        self.writer.save_workflow(self, workflow_id, fields)
+        # The promotions this state made go with it.
+        promote, self.promotions = self.promotions, []
+        self.writer.save_workflow(workflow_id, fields, promote)
 
     def node_records(self, task_ids: Sequence[str]) -> list[dict[str, Any]]:
         self.promote_now()
@@ -63,8 +66,7 @@ class Book:
         """Make the nodes promoted so far PENDING now."""
         if self.promotions:
             ids, self.promotions = self.promotions, []
-            waiting = self.store._records().filter(pk__in=ids, status=TaskStatus.WAITING)
-            waiting.update(status=TaskStatus.PENDING)
+            self.writer.promote(ids)
 
     def add_tasks(self, news: Sequence[NewTask]) -> None:
         self.promote_now()

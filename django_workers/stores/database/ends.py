@@ -25,7 +25,6 @@ from django_workers.workflows import persistence
 
 if TYPE_CHECKING:
     from django_workers.stores.database.access import DatabaseAccess
-    from django_workers.stores.database.book import Book
 
 #: The columns of a workflow row, read with .values().
 WORKFLOW_COLUMNS = sql.WORKFLOW_COLUMNS
@@ -92,9 +91,12 @@ class EndWriter:
             self.store._slots().filter(run_id__in=runs, worker_id__in=workers).delete()
 
     def lock_and_finish(
-        self, book: Book, ends: Sequence[TaskEnd], flows: list[str]
-    ) -> list[bool] | None:
-        """Lock the workflows and write the ends in one round trip; None where it cannot be."""
+        self, ends: Sequence[TaskEnd], flows: list[str]
+    ) -> tuple[list[dict[str, Any]], list[bool]] | None:
+        """Lock the workflows and write the ends in one round trip: their rows, which ends won.
+
+        None where it cannot be done so.
+        """
         return None
 
     def in_two_round_trips(
@@ -112,9 +114,17 @@ class EndWriter:
         """The ends and the claim in the ends' own round trips; None where it cannot be."""
         return None
 
-    def save_workflow(self, book: Book, workflow_id: str, fields: Mapping[str, Any]) -> None:
-        """Write a workflow's row in the book's transaction."""
-        book.promote_now()
+    def promote(self, task_ids: Sequence[str]) -> None:
+        """Make these workflow nodes PENDING, those still WAITING."""
+        waiting = self.store._records().filter(pk__in=list(task_ids), status=TaskStatus.WAITING)
+        waiting.update(status=TaskStatus.PENDING)
+
+    def save_workflow(
+        self, workflow_id: str, fields: Mapping[str, Any], promote: Sequence[str]
+    ) -> None:
+        """Write a workflow's row and make the nodes ``promote`` names PENDING."""
+        if promote:
+            self.promote(promote)
         self.store._flows().filter(pk=workflow_id).update(**fields)
 
 
@@ -141,8 +151,8 @@ class PostgresEndWriter(EndWriter):
         return [won[n] for n in range(len(ends))]
 
     def lock_and_finish(
-        self, book: Book, ends: Sequence[TaskEnd], flows: list[str]
-    ) -> list[bool] | None:
+        self, ends: Sequence[TaskEnd], flows: list[str]
+    ) -> tuple[list[dict[str, Any]], list[bool]] | None:
         """Runs' ends of distinct tasks on PostgreSQL: the lock and the write in one round trip."""
         if not self._one_statement_of_runs(ends):
             return None
@@ -152,8 +162,7 @@ class PostgresEndWriter(EndWriter):
         if found is None:
             return None
         rows, winners = found
-        book.locked.update((row["id"], row) for row in rows)
-        return _won(ends, winners)
+        return rows, _won(ends, winners)
 
     def in_two_round_trips(
         self,
@@ -203,9 +212,10 @@ class PostgresEndWriter(EndWriter):
             return self.in_two_round_trips(ends, flows, claim)
         return self._finish_and_claim(ends, claim, limits)
 
-    def save_workflow(self, book: Book, workflow_id: str, fields: Mapping[str, Any]) -> None:
+    def save_workflow(
+        self, workflow_id: str, fields: Mapping[str, Any], promote: Sequence[str]
+    ) -> None:
         # The promotions this state made go in the same round trip.
-        promote, book.promotions = book.promotions, []
         sql.save_workflow_postgres(connections[self.store.using], workflow_id, fields, promote)
 
     def _finish_and_claim(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime
+from typing import Any
 
 from django.db import connections
 from django.db.models import DateTimeField, F, Value
@@ -29,11 +30,24 @@ from django_workers.stores.database.access import (
     _one_writer,
 )
 from django_workers.stores.database.book import Book
+from django_workers.stores.database.ends import EndWriter, end_writer
 from django_workers.workflows import persistence
 
 
 class DatabaseRunQueue(DatabaseAccess):
     """Claims that lock what they take, and every end in its fenced write."""
+
+    def __init__(self, using: str | None = None, **policy: Any) -> None:
+        super().__init__(using, **policy)
+        self._end_writers: dict[str, EndWriter] = {}
+
+    def _ends(self) -> EndWriter:
+        """How ends are written on this store's database: chosen once per alias, then kept."""
+        alias = self.using
+        writer = self._end_writers.get(alias)
+        if writer is None:
+            writer = self._end_writers.setdefault(alias, end_writer(self, alias))
+        return writer
 
     def claim(
         self,
@@ -202,13 +216,16 @@ class DatabaseRunQueue(DatabaseAccess):
         written = writer.in_two_round_trips(ends, flows)
         if written is not None:
             return written[0]
-        book = Book(self)
+        book = Book(self, self._ends())
         with self._atomic():
             # Workflow rows before task rows: the order every writer here takes.
-            won = writer.lock_and_finish(book, ends, flows)
-            if won is None:
+            found = writer.lock_and_finish(ends, flows)
+            if found is None:
                 book.lock_workflows(flows)
                 won = writer.write(ends)
+            else:
+                book.locked.update((row["id"], row) for row in found[0])
+                won = found[1]
             writer.release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
             persistence.react(book, [e for e, ok in zip(ends, won, strict=True) if ok], clock.now())
         book.wake()
@@ -218,7 +235,7 @@ class DatabaseRunQueue(DatabaseAccess):
     def cancel_workflow(
         self, workflow_id: str, undo: bool | None, drop_undo: bool = False
     ) -> bool | None:
-        book = Book(self)
+        book = Book(self, self._ends())
         with self._atomic():
             cancelled = persistence.cancel(book, workflow_id, undo, clock.now(), drop_undo)
         book.wake()
@@ -228,7 +245,7 @@ class DatabaseRunQueue(DatabaseAccess):
     def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
         if not runs:
             return []
-        found = Book(self).node_records([info.id for info in runs])
+        found = Book(self, self._ends()).node_records([info.id for info in runs])
         allowed, refusals = persistence.pre_run(runs, {r["id"]: r for r in found}, clock.now())
         if refusals:
             self.end_tasks(refusals)
