@@ -208,7 +208,7 @@ class WorkflowRecordQuerySet(models.QuerySet["WorkflowRecord"]):
 
     def in_state(self, shown: str) -> WorkflowRecordQuerySet:
         """Workflows a reader sees in the state ``shown`` (``cancelling`` included)."""
-        from django_workers.workflows.records import state_columns
+        from django_workers.engine.records import state_columns
 
         match = models.Q(pk__in=[])
         for columns in state_columns(shown):

@@ -31,7 +31,7 @@ from django_workers.stores.values import (
 from django_workers.stores.zombies import Refused, log_refused
 
 if TYPE_CHECKING:
-    from django_workers.workflows.records import WorkflowInfo
+    from django_workers.engine.records import WorkflowInfo
 
 
 class TaskRecords(Protocol):

@@ -106,7 +106,7 @@ class RecordStream(Sequence[NewTask]):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewWorkflow:
-    """A workflow row to write with its first node records (see ``workflows.records``)."""
+    """A workflow row to write with its first node records (see ``engine.records``)."""
 
     id: str
     key: str

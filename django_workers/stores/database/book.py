@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 from django_workers import local_wake
 from django_workers.cancellation import CancelReason
 from django_workers.core import NewTask
+from django_workers.engine import persistence
 from django_workers.info import TaskStatus
 from django_workers.lifecycle import TaskEnd
 from django_workers.stores import sql
-from django_workers.workflows import persistence
 
 if TYPE_CHECKING:
     from django_workers.stores.database.access import DatabaseAccess

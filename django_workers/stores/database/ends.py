@@ -17,11 +17,11 @@ from django.db import DatabaseError, connections
 from django.db.models import F
 
 from django_workers import clock, lifecycle
+from django_workers.engine import persistence
 from django_workers.info import TaskStatus
 from django_workers.lifecycle import EndKind, TaskEnd
 from django_workers.models import HeldSlot
 from django_workers.stores import sql
-from django_workers.workflows import persistence
 
 if TYPE_CHECKING:
     from django_workers.stores.database.access import DatabaseAccess

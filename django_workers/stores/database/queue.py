@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce, Greatest
 from django_workers import clock
 from django_workers.cancellation import CancelReason
 from django_workers.conf import served_limits
+from django_workers.engine import persistence
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 from django_workers.models import QueueLock
@@ -31,7 +32,6 @@ from django_workers.stores.database.access import (
 )
 from django_workers.stores.database.book import Book
 from django_workers.stores.database.ends import EndWriter, end_writer
-from django_workers.workflows import persistence
 
 
 class DatabaseRunQueue(DatabaseAccess):

@@ -10,11 +10,11 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Count
 
+from django_workers.engine.records import WorkflowInfo, info_of, state_columns
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.stores import rows, sql
 from django_workers.stores.base import EndedCounts, QueueCounts
 from django_workers.stores.database.access import COLUMNS, WORKFLOW_COLUMNS, DatabaseAccess
-from django_workers.workflows.records import WorkflowInfo, info_of, state_columns
 
 
 def _newest_page(found: Sequence[dict[str, Any]], offset: int, limit: int) -> list[dict[str, Any]]:

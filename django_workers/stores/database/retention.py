@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from datetime import datetime
 
+from django_workers.engine.machine import WORKFLOW_ENDS
 from django_workers.info import TaskStatus
 from django_workers.stores.database.access import DatabaseAccess, _one_writer
-from django_workers.workflows.machine import WORKFLOW_ENDS
 
 #: Records deleted per transaction by retention cleanup on SQLite, whose only write
 #: lock every claim waits for.

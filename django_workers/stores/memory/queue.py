@@ -9,12 +9,12 @@ from typing import Any
 
 from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
+from django_workers.engine import persistence
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 from django_workers.stores import rows
 from django_workers.stores.base import NewTask
 from django_workers.stores.memory.state import MemoryState
-from django_workers.workflows import persistence
 
 
 class MemoryRunQueue(MemoryState):

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from django_workers.engine.records import WorkflowInfo, in_state, info_of
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.stores import rows
 from django_workers.stores.base import EndedCounts, QueueCounts
 from django_workers.stores.memory.state import MemoryState
-from django_workers.workflows.records import WorkflowInfo, in_state, info_of
 
 
 class MemoryReads(MemoryState):

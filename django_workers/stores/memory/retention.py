@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
+from django_workers.engine.machine import WORKFLOW_ENDS
 from django_workers.info import TaskStatus
 from django_workers.stores.memory.state import MemoryState
-from django_workers.workflows.machine import WORKFLOW_ENDS
 
 
 class MemoryRetention(MemoryState):
