@@ -1,7 +1,7 @@
 """The tables: task records, their watchers, and the worker processes that run them.
 
 Models hold data and named queries only; every state change goes through a
-store (``stores/database.py``) as a conditional update checked by row count.
+store (``stores/database/``) as a conditional update checked by row count.
 """
 
 from __future__ import annotations
