@@ -1,7 +1,7 @@
 """The tables: task records, their watchers, and the worker processes that run them.
 
 Models hold data and named queries only; every state change goes through a
-store (``stores/database.py``) as a conditional update checked by row count.
+store (``stores/database/``) as a conditional update checked by row count.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ class WorkflowRecordQuerySet(models.QuerySet["WorkflowRecord"]):
 
     def in_state(self, shown: str) -> WorkflowRecordQuerySet:
         """Workflows a reader sees in the state ``shown`` (``cancelling`` included)."""
-        from django_workers.workflows.records import state_columns
+        from django_workers.engine.records import state_columns
 
         match = models.Q(pk__in=[])
         for columns in state_columns(shown):

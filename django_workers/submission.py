@@ -10,8 +10,6 @@ submission that fails then abandons the ``COPY``.
 from __future__ import annotations
 
 import functools
-import os
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -34,6 +32,7 @@ from django_workers.authority import (
 )
 from django_workers.bounds import QUEUE_MAX_LENGTH, RUN_AFTER_MAX
 from django_workers.conf import listed_queues, workers_settings
+from django_workers.core import new_run_id, new_run_ids
 from django_workers.exceptions import (
     ArgumentsTooLarge,
     AuthorizationError,
@@ -291,45 +290,6 @@ def effective_options(given: object, declared: TaskOptions | None) -> TaskOption
 def _options_json(options: TaskOptions) -> dict[str, Any]:
     """The options as stored, their exception paths checked (cached: imported once)."""
     return options.checked().to_json()
-
-
-#: Run ids minted ahead, from one read of the random source (a system call each).
-_RUN_IDS: deque[str] = deque()
-_RUN_ID_BLOCK = 256
-
-
-def new_run_id() -> str:
-    """Mint the identity of a new run: 32 hex digits, formatted like ``uuid.uuid4().hex``."""
-    try:
-        return _RUN_IDS.popleft()  # atomic: no two callers get the same id
-    except IndexError:
-        _RUN_IDS.extend(_mint_run_ids(_RUN_ID_BLOCK))
-        return _RUN_IDS.popleft()
-
-
-def new_run_ids(count: int) -> list[str]:
-    """Mint ``count`` run ids; a large batch reads the random source once for all of them."""
-    if count >= _RUN_ID_BLOCK:
-        return _mint_run_ids(count)
-    return [new_run_id() for _ in range(count)]
-
-
-# The version (4) and variant (RFC 4122) bits of a random UUID, as uuid.uuid4() sets them,
-# as tables for bytes.translate.
-_VERSION_BITS = bytes(b & 0x0F | 0x40 for b in range(256))
-_VARIANT_BITS = bytes(b & 0x3F | 0x80 for b in range(256))
-
-
-def _mint_run_ids(count: int) -> list[str]:
-    raw = bytearray(os.urandom(16 * count))
-    raw[6::16] = raw[6::16].translate(_VERSION_BITS)
-    raw[8::16] = raw[8::16].translate(_VARIANT_BITS)
-    text = raw.hex()
-    return [text[i : i + 32] for i in range(0, 32 * count, 32)]
-
-
-# A forked child must not hand out the ids its parent still holds.
-os.register_at_fork(after_in_child=_RUN_IDS.clear)
 
 
 @functools.lru_cache(maxsize=256)

@@ -9,9 +9,9 @@ from factory.django import DjangoModelFactory
 
 from django_workers import clock
 from django_workers.authority import Owner, System, scoped_task_key
+from django_workers.core import new_run_id
 from django_workers.models import TaskRecord, TaskWatcher
 from django_workers.stores.base import NewTask
-from django_workers.submission import new_run_id
 
 
 def _task_id(new: Any) -> str:

@@ -34,6 +34,7 @@ from django_workers.admin.base import (
 )
 from django_workers.admin.live import POLL_INTERVAL_MS, live_url, workflow_now
 from django_workers.authority import user_id_of
+from django_workers.engine.records import shown_state
 from django_workers.exceptions import (
     WorkflowAlreadyFinished,
     WorkflowCancelNarrows,
@@ -49,7 +50,6 @@ from django_workers.workflows import (
     get_workflow_status,
 )
 from django_workers.workflows.handles import STATES as WORKFLOW_STATES
-from django_workers.workflows.records import shown_state
 
 
 def state_badge(state: str) -> str:

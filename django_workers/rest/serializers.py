@@ -11,10 +11,10 @@ from rest_framework import serializers
 from django_workers.api import MAX_LIMIT
 from django_workers.authority import SCOPES
 from django_workers.cancellation import CancelReason
+from django_workers.engine.machine import NodeStatus, UndoStatus
 from django_workers.info import TaskStatus
 from django_workers.submission import QUEUE_MAX_LENGTH
 from django_workers.workflows.handles import STATES as WORKFLOW_STATES
-from django_workers.workflows.machine import NodeStatus, UndoStatus
 
 #: The deepest page a list may ask for; paging further is a scan, not a lookup.
 MAX_OFFSET = 10_000

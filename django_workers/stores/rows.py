@@ -9,13 +9,13 @@ from typing import Any
 
 from django_workers.authority import owner_of
 from django_workers.cancellation import CancelReason
+from django_workers.engine.records import NodeRecord
 from django_workers.exceptions import AuthorizationError, InvalidTaskKey
 from django_workers.info import TERMINAL_STATUSES, TaskFailure, TaskInfo, TaskStatus
 from django_workers.lifecycle import failures_of
 from django_workers.options import TaskOptions
 from django_workers.references import json_size
 from django_workers.stores.base import STATE_FIELDS, NewTask, WatchAuthorizer
-from django_workers.workflows.records import NodeRecord
 
 #: What every fresh record holds in the columns a submit does not choose (``errors`` is
 #: a new list in each row ``row_of`` builds).

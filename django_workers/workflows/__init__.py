@@ -8,6 +8,7 @@ a ``WorkflowPlan``; ``handles`` submits, reads, waits for and cancels one;
 
 from __future__ import annotations
 
+from django_workers.engine.records import UndoInfo, WorkflowInfo, WorkflowNodeInfo
 from django_workers.exceptions import (
     InvalidWorkflow,
     WorkflowAlreadyFinished,
@@ -23,7 +24,6 @@ from django_workers.workflows.handles import (
     get_workflow_status,
     open_workflow,
 )
-from django_workers.workflows.records import UndoInfo, WorkflowInfo, WorkflowNodeInfo
 
 __all__ = [
     "InvalidWorkflow",

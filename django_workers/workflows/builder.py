@@ -48,6 +48,14 @@ from django_workers.authority import (
     user_id_of,
 )
 from django_workers.bounds import NODE_NAME_MAX_LENGTH
+from django_workers.engine import machine
+from django_workers.engine.records import (
+    node_key,
+    node_label,
+    node_task_id,
+    plan_nodes,
+    row_fields,
+)
 from django_workers.exceptions import (
     ArgumentsNotSerializable,
     ArgumentsTooLarge,
@@ -77,15 +85,7 @@ from django_workers.submission import (
     effective_options,
     new_run_id,
 )
-from django_workers.workflows import machine
 from django_workers.workflows.handles import WorkflowHandle
-from django_workers.workflows.records import (
-    node_key,
-    node_label,
-    node_task_id,
-    plan_nodes,
-    row_fields,
-)
 
 NAME_PATTERN: Final = re.compile(rf"[A-Za-z0-9_.-]{{1,{NODE_NAME_MAX_LENGTH}}}")
 ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,128}")

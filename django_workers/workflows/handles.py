@@ -23,6 +23,7 @@ from django_workers.authority import (
     user_id_of,
 )
 from django_workers.cancellation import CancelReason
+from django_workers.engine.records import SHOWN_STATES, WorkflowInfo
 from django_workers.exceptions import (
     InvalidWorkflow,
     WorkflowAlreadyFinished,
@@ -30,7 +31,6 @@ from django_workers.exceptions import (
 )
 from django_workers.handles import wait_until_finished
 from django_workers.stores import WorkerStore, default_store
-from django_workers.workflows.records import SHOWN_STATES, WorkflowInfo
 
 #: The states a snapshot shows, and ``get_all_workflows(state=...)`` filters on.
 STATES: Final = SHOWN_STATES

@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 
 from django_workers import System, TaskStatus, cancel_task, clock, lifecycle, submit_task
-from django_workers.stores import EndedCounts, QueueCounts, WorkerStore, database
+from django_workers.stores import EndedCounts, QueueCounts, WorkerStore
+from django_workers.stores.database import retention
 from tests.helpers import end_record
 
 
@@ -120,7 +121,7 @@ def test_delete_finished_takes_the_oldest_first(store: WorkerStore) -> None:
 def test_delete_finished_deletes_a_batch_larger_than_a_transaction(
     store: WorkerStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(database, "SQLITE_DELETE_CHUNK", 2)
+    monkeypatch.setattr(retention, "SQLITE_DELETE_CHUNK", 2)
     ids = [submit(store, f"old{n}") for n in range(5)]
     for task_id in ids:
         end_record(store, task_id, finished_at=clock.now() - timedelta(days=2))

@@ -16,11 +16,11 @@ from django_workers.bounds import (
     QUEUE_MAX_LENGTH,
     TASK_PATH_MAX_LENGTH,
 )
+from django_workers.engine.records import UNDO_SUFFIX, node_key
 from django_workers.models import TaskRecord
 from django_workers.stores import WorkerStore
 from django_workers.workflows import Workflow
 from django_workers.workflows.builder import ID_PATTERN
-from django_workers.workflows.records import UNDO_SUFFIX, node_key
 from tests import tasks
 from tests.tasks import noop
 

@@ -15,11 +15,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from django_workers import System, TaskStatus, clock, lifecycle
-from django_workers.info import TaskInfo
-from django_workers.stores import WorkerStore
-from django_workers.workflows import Workflow
-from django_workers.workflows import machine as wm
-from django_workers.workflows.machine import (
+from django_workers.engine import machine as wm
+from django_workers.engine.machine import (
     CancelWorkflow,
     Event,
     NodeEnded,
@@ -31,7 +28,10 @@ from django_workers.workflows.machine import (
     UndoStatus,
     WorkflowState,
 )
-from django_workers.workflows.records import shown_state
+from django_workers.engine.records import shown_state
+from django_workers.info import TaskInfo
+from django_workers.stores import WorkerStore
+from django_workers.workflows import Workflow
 from tests.tasks import noop
 from tests.unit.test_workflow_machine import CASES, Case, nodes_of
 

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 import dj_database_url
 from django.db import DatabaseError, connections
 
+from django_workers.engine.machine import WORKFLOW_ENDS
 from django_workers.info import LIVE_STATUSES
 from django_workers.models import TaskRecord, WorkflowRecord
 from django_workers.stores.database import DatabaseWorkerStore
-from django_workers.workflows.machine import WORKFLOW_ENDS
 from tests.faults.cluster import TEST_APPLICATION, WORKER_APPLICATION, PrivateCluster
 
 #: The alias of the private cluster's database in the test process.

@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from django_workers.engine.records import WorkflowInfo
 from django_workers.info import TERMINAL_STATUSES
 from django_workers.models import TaskRecord, WorkflowRecord
 from django_workers.stores.database import DatabaseWorkerStore
-from django_workers.workflows.records import WorkflowInfo
 from tests.models import Execution
 
 WORKER_LOST = "django_workers.exceptions.WorkerLost"

@@ -7,13 +7,13 @@ import uuid
 
 import pytest
 
-from django_workers import submission
+from django_workers import core
 from tests.helpers import answer_in_forked_child
 
 
 def test_run_ids_are_distinct_random_uuid_hex() -> None:
-    ids = [submission.new_run_id() for _ in range(3 * submission._RUN_ID_BLOCK)]
-    ids += submission.new_run_ids(5) + submission.new_run_ids(4 * submission._RUN_ID_BLOCK)
+    ids = [core.new_run_id() for _ in range(3 * core._RUN_ID_BLOCK)]
+    ids += core.new_run_ids(5) + core.new_run_ids(4 * core._RUN_ID_BLOCK)
     assert len(set(ids)) == len(ids)
     for run_id in ids:
         parsed = uuid.UUID(hex=run_id)
@@ -24,9 +24,9 @@ def test_run_ids_are_distinct_random_uuid_hex() -> None:
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_forked_child_does_not_reuse_its_parents_minted_ids() -> None:
-    submission._RUN_IDS.clear()
-    submission.new_run_id()  # the parent now holds the other ids of a fresh block
-    ahead = list(submission._RUN_IDS)
+    core._RUN_IDS.clear()
+    core.new_run_id()  # the parent now holds the other ids of a fresh block
+    ahead = list(core._RUN_IDS)
     assert ahead
     # The child reports whether its first id was one the parent holds.
-    assert answer_in_forked_child(lambda: submission.new_run_id() in ahead) is False
+    assert answer_in_forked_child(lambda: core.new_run_id() in ahead) is False

@@ -12,6 +12,7 @@ from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
 from django.test import override_settings
 
 from django_workers import Owner, System, TaskOptions, owner_of, scoped_task_key
+from django_workers.engine.machine import Promote, start
 from django_workers.exceptions import AuthorizationError, WorkersError
 from django_workers.stores import WorkerStore, default_store, set_queue_authorizer
 from django_workers.stores.memory import InMemoryWorkerStore
@@ -23,7 +24,6 @@ from django_workers.workflows import (
     WorkflowPlan,
 )
 from django_workers.workflows.builder import NodePlan, UndoPlan
-from django_workers.workflows.machine import Promote, start
 from tests import tasks
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from django_workers.workflows import machine
-from django_workers.workflows.machine import (
+from django_workers.engine import machine
+from django_workers.engine.machine import (
     UNDO_ENDS,
     CancelWaiting,
     CancelWorkflow,

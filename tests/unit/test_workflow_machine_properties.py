@@ -17,8 +17,8 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from django_workers.workflows import machine
-from django_workers.workflows.machine import (
+from django_workers.engine import machine
+from django_workers.engine.machine import (
     Event,
     Node,
     NodeEnded,

@@ -22,13 +22,9 @@ from typing import Any, Protocol
 
 from django_workers import lifecycle
 from django_workers.cancellation import CancelReason
-from django_workers.exceptions import WorkflowCancelNarrows
-from django_workers.info import TaskInfo, TaskStatus
-from django_workers.lifecycle import TaskEnd
-from django_workers.stores.base import NewTask
-from django_workers.submission import new_run_id
-from django_workers.workflows import machine
-from django_workers.workflows.machine import (
+from django_workers.core import NewTask, new_run_id
+from django_workers.engine import machine
+from django_workers.engine.machine import (
     CancelWaiting,
     CancelWorkflow,
     Effect,
@@ -44,7 +40,7 @@ from django_workers.workflows.machine import (
     UndoEnded,
     WorkflowState,
 )
-from django_workers.workflows.records import (
+from django_workers.engine.records import (
     UNDO_RETRIES,
     node_key,
     node_label,
@@ -53,6 +49,9 @@ from django_workers.workflows.records import (
     row_fields,
     state_of,
 )
+from django_workers.exceptions import WorkflowCancelNarrows
+from django_workers.info import TaskInfo, TaskStatus
+from django_workers.lifecycle import TaskEnd
 
 #: The record columns the effects read before ending a node's record.
 RECORD_COLUMNS = (

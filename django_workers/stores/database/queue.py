@@ -1,0 +1,283 @@
+"""The run queue role of ``DatabaseWorkerStore``: claims, ends and workflows' reactions.
+
+Every end goes through ``end_tasks`` (or ``end_and_claim``); how it is written on
+this database is the store's ``EndWriter`` (``ends``), chosen once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
+from datetime import datetime
+from typing import Any
+
+from django.db import connections
+from django.db.models import DateTimeField, F, Value
+from django.db.models.functions import Coalesce, Greatest
+
+from django_workers import clock
+from django_workers.cancellation import CancelReason
+from django_workers.conf import served_limits
+from django_workers.engine import persistence
+from django_workers.info import TaskInfo, TaskStatus
+from django_workers.lifecycle import TaskEnd
+from django_workers.models import QueueLock
+from django_workers.stores import rows, sql
+from django_workers.stores.database.access import (
+    COLUMNS,
+    DatabaseAccess,
+    _claimed,
+    _in_autocommit,
+    _one_writer,
+)
+from django_workers.stores.database.book import Book
+from django_workers.stores.database.ends import EndWriter, end_writer
+
+
+class DatabaseRunQueue(DatabaseAccess):
+    """Claims that lock what they take, and every end in its fenced write."""
+
+    def __init__(self, using: str | None = None, **policy: Any) -> None:
+        super().__init__(using, **policy)
+        self._end_writers: dict[str, EndWriter] = {}
+
+    def _ends(self) -> EndWriter:
+        """How ends are written on this store's database: chosen once per alias, then kept."""
+        alias = self.using
+        writer = self._end_writers.get(alias)
+        if writer is None:
+            writer = self._end_writers.setdefault(alias, end_writer(self, alias))
+        return writer
+
+    def claim(
+        self,
+        worker_id: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: datetime,
+        queue_limits: Mapping[str, int] | None = None,
+    ) -> list[TaskInfo]:
+        if limit <= 0:
+            return []
+        limits = served_limits(queues, queue_limits) if queue_limits else None
+        connection = connections[self.using]
+        if not limits and connection.vendor == "postgresql":
+            # The wake-up's path: one statement, no writer lock (SQLite's alone).
+            found = sql.claim_postgres(
+                connection, worker_id, queues, limit, now, autocommit=_in_autocommit(connection)
+            )
+            return _claimed(found)
+        return self._claim_other(worker_id, queues, limit, now, queue_limits, limits or {})
+
+    @_one_writer
+    def _claim_other(
+        self,
+        worker_id: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: datetime,
+        queue_limits: Mapping[str, int] | None,
+        limits: dict[str, int],
+    ) -> list[TaskInfo]:
+        """``claim`` on SQLite and MariaDB, and of queues with limits (the writer lock held)."""
+        if not sql.any_ready(connections[self.using], queues, now):
+            # A plain read first: an idle poll takes no lock and writes nothing (and on
+            # SQLite does not take its one write lock).
+            return []
+        if self.vendor == "sqlite" and not limits:
+            with self._atomic():
+                found = sql.claim_sqlite(connections[self.using], worker_id, queues, limit, now)
+            return _claimed(found)
+        if self.vendor == "postgresql" and self._autocommit():
+            claimed_rows = sql.claim_limited_postgres(
+                connections[self.using], (worker_id, queues, limit, now), limits
+            )
+            if claimed_rows is not None:
+                return _claimed(claimed_rows)
+        self._make_queue_locks(limits)
+        with self._atomic():
+            free = self._lock_limited_queues(queues, queue_limits or {})
+            # Stamped after the queue locks: a sequential queue's next run starts after
+            # the previous one's end was written.
+            now = max(now, clock.now())
+            ready = self._records().ready(list(queues) if queues else None, now)
+            full = [name for name, slots in free.items() if slots <= 0]
+            if full:
+                ready = ready.exclude(queue__in=full)
+            if connections[self.using].features.has_select_for_update_skip_locked:
+                ready = ready.select_for_update(skip_locked=True)
+            ids = _within_limits(list(ready.values_list("id", "queue")[:limit]), free)
+            if not ids:
+                return []
+            self._records().filter(pk__in=ids, status=TaskStatus.PENDING).update(
+                status=TaskStatus.RUNNING,
+                worker_id=worker_id,
+                # Never before the record's creation (submitted after our clock read); a
+                # retry keeps its first start, which its timeout counts from.
+                started_at=Coalesce(
+                    F("started_at"), Greatest(Value(now, DateTimeField()), F("created_at"))
+                ),
+                attempts=F("attempts") + 1,
+            )
+            # The ids were PENDING under this transaction's locks, so RUNNING for us now
+            # means claimed by this statement.
+            found = self._records().filter(
+                pk__in=ids, status=TaskStatus.RUNNING, worker_id=worker_id
+            )
+            claimed = list(found.values(*COLUMNS))
+        claimed.sort(key=rows.claim_order)
+        return self._infos(claimed)
+
+    def _make_queue_locks(self, limits: Mapping[str, int]) -> None:
+        """Create the lock rows of limited queues that have none, before the claim's transaction.
+
+        Outside it (in autocommit) where it can be: on MariaDB and MySQL, claimers that
+        insert the same missing rows inside their transactions each keep a shared lock
+        on the duplicate and then all ask for the exclusive one, a deadlock.
+        """
+        locks = QueueLock.objects.using(self.using)
+        if limits and locks.filter(name__in=list(limits)).count() < len(limits):
+            locks.bulk_create([QueueLock(name=q) for q in sorted(limits)], ignore_conflicts=True)
+
+    def _lock_limited_queues(
+        self, queues: Sequence[str] | None, queue_limits: Mapping[str, int]
+    ) -> dict[str, int]:
+        """Lock the rows of the limited queues served and return their free slots."""
+        limited = sorted(q for q in queue_limits if not queues or q in queues)
+        if not limited:
+            return {}
+        locks = QueueLock.objects.using(self.using)
+        # Locked in name order, so two claimers never wait on each other in a cycle.
+        list(locks.select_for_update().filter(name__in=limited).order_by("name"))
+        running = (
+            self._records()
+            .filter(status=TaskStatus.RUNNING, queue__in=limited)
+            .order_by()
+            .values_list("queue", flat=True)
+        )
+        # One statement, so a cancel committing between two counts cannot hide a run:
+        # a function whose record ended still holds its slot until it returns.
+        held = self._slots().filter(queue__in=limited).order_by().values_list("queue", flat=True)
+        free = {q: queue_limits[q] for q in limited}
+        for q in running.union(held, all=True).order_by():
+            free[q] -= 1
+        return free
+
+    @_one_writer
+    def end_tasks(self, ends: Sequence[TaskEnd]) -> list[bool]:
+        if not ends:
+            return []
+        flows = persistence.workflows_of(ends)
+        if flows:
+            return self._end_in_workflows(ends, flows)
+        writer = self._ends()
+        with nullcontext() if writer.alone(ends) else self._atomic():
+            won = writer.write(ends)
+        writer.release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
+        return won
+
+    @_one_writer
+    def end_and_claim(
+        self,
+        ends: Sequence[TaskEnd],
+        worker_id: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: datetime,
+        queue_limits: Mapping[str, int] | None = None,
+    ) -> tuple[list[bool], list[TaskInfo]]:
+        limits = served_limits(queues, queue_limits)
+        if limit > 0:
+            written = self._ends().end_and_claim(ends, (worker_id, queues, limit, now), limits)
+            if written is not None:
+                won, claimed = written
+                return won, _claimed(claimed)
+        if limit > 0 and self._one_transaction(ends):
+            # One commit for both; a failure stores neither, and the caller retries
+            # the ends alone.
+            with self._atomic():
+                won = self.end_tasks(ends)
+                return won, self.claim(worker_id, queues, limit, now, queue_limits)
+        return super().end_and_claim(ends, worker_id, queues, limit, now, queue_limits)
+
+    def _one_transaction(self, ends: Sequence[TaskEnd]) -> bool:
+        """Ends of plain tasks in autocommit: one transaction with the claim.
+
+        Workflow nodes' ends wake other workers when their transaction commits, so
+        they keep their own.
+        """
+        if persistence.workflows_of(ends):
+            return False
+        return not connections[self.using].in_atomic_block
+
+    def _end_in_workflows(self, ends: Sequence[TaskEnd], flows: list[str]) -> list[bool]:
+        """Ends of workflow nodes: their workflows react in the same transaction."""
+        writer = self._ends()
+        written = writer.in_two_round_trips(ends, flows)
+        if written is not None:
+            return written[0]
+        book = Book(self, self._ends())
+        with self._atomic():
+            # Workflow rows before task rows: the order every writer here takes.
+            found = writer.lock_and_finish(ends, flows)
+            if found is None:
+                book.lock_workflows(flows)
+                won = writer.write(ends)
+            else:
+                book.locked.update((row["id"], row) for row in found[0])
+                won = found[1]
+            writer.release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
+            persistence.react(book, [e for e, ok in zip(ends, won, strict=True) if ok], clock.now())
+        book.wake()
+        return won
+
+    @_one_writer
+    def cancel_workflow(
+        self, workflow_id: str, undo: bool | None, drop_undo: bool = False
+    ) -> bool | None:
+        book = Book(self, self._ends())
+        with self._atomic():
+            cancelled = persistence.cancel(book, workflow_id, undo, clock.now(), drop_undo)
+        book.wake()
+        return cancelled
+
+    @_one_writer
+    def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
+        if not runs:
+            return []
+        found = Book(self, self._ends()).node_records([info.id for info in runs])
+        allowed, refusals = persistence.pre_run(runs, {r["id"]: r for r in found}, clock.now())
+        if refusals:
+            self.end_tasks(refusals)
+        return allowed
+
+    def runs_claimed_by(self, worker_id: str) -> list[TaskInfo]:
+        running = self._records().filter(status=TaskStatus.RUNNING, worker_id=worker_id)
+        return self._infos(list(running.values(*COLUMNS)))
+
+    def runs_to_stop(self, worker_id: str, runs: Mapping[str, str]) -> dict[str, CancelReason]:
+        if not runs:
+            return {}
+        found = {
+            r["id"]: r
+            for r in self._records()
+            .filter(pk__in=list(runs))
+            .values("id", "run_id", "status", "cancel_reason", "worker_id")
+        }
+        return {
+            task_id: reason
+            for task_id, run_id in runs.items()
+            if (reason := rows.stop_reason(found.get(task_id), worker_id, run_id))
+        }
+
+
+def _within_limits(candidates: list[tuple[str, str]], free: dict[str, int]) -> list[str]:
+    """Keep candidates in order while their limited queue still has a free slot."""
+    ids = []
+    for task_id, queue in candidates:
+        if queue in free:
+            if free[queue] <= 0:
+                continue
+            free[queue] -= 1
+        ids.append(task_id)
+    return ids

@@ -1,0 +1,30 @@
+"""``InMemoryWorkerStore``: the store contract in one process's memory, thread-safe.
+
+Records live in dicts guarded by one lock; every intent runs whole under it,
+so each is as atomic as the database store's transaction. Nothing survives
+the process, so a runtime over this store runs in the same process.
+
+One module per role, as in the database store: ``records``, ``reads``,
+``queue``, ``leases`` and ``retention`` (with the enqueue listeners), all
+standing on ``state``.
+"""
+
+from __future__ import annotations
+
+from django_workers.stores.memory.leases import MemoryLeases
+from django_workers.stores.memory.queue import MemoryRunQueue
+from django_workers.stores.memory.reads import MemoryReads
+from django_workers.stores.memory.records import MemoryRecords
+from django_workers.stores.memory.retention import MemoryRetention
+
+__all__ = ["InMemoryWorkerStore"]
+
+
+class InMemoryWorkerStore(
+    MemoryRecords,
+    MemoryReads,
+    MemoryRunQueue,
+    MemoryLeases,
+    MemoryRetention,
+):
+    """Volatile records for tests, scripts and sites that want no persistence."""
