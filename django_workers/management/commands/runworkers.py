@@ -22,6 +22,7 @@ from django.core.management.base import (
 from django.db import DatabaseError, connections
 
 import django_workers
+from django_workers.backends import context_of
 from django_workers.checks import missing_tables, workers_databases
 from django_workers.conf import queue_limits, workers_settings
 from django_workers.management.arguments import port, positive_int, queue_list, seconds
@@ -147,6 +148,8 @@ class Command(BaseCommand):
                 raise CommandError(problem)
         check_metrics_port(options["metrics_port"], options["processes"])
         store = default_store()
+        # A takes_context task gets Django's TaskContext (a function: it pickles by name).
+        options["context_factory"] = context_of
         if options["processes"] > 1:
             from django_workers.runtime.supervisor import Supervisor
 
