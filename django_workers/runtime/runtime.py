@@ -48,6 +48,7 @@ from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.lifecycle import TaskEnd
 from django_workers.live import live_runs
 from django_workers.local_wake import runtime_socket_name
+from django_workers.notices import CANCELLED, PROBE_TIMEOUT, Listener, deaf_warning, parse_notice
 from django_workers.runtime.flag import SignalSafeEvent
 from django_workers.runtime.invoke import ContextFactory
 from django_workers.runtime.outage import DatabaseWatch, LeaseWitness, backoff_delay, unreachable
@@ -66,15 +67,7 @@ from django_workers.runtime.run import (
     task_logger,
 )
 from django_workers.runtime.scheduler import Scheduler
-from django_workers.runtime.wakeup import (
-    CANCELLED,
-    PROBE_TIMEOUT,
-    Listener,
-    LocalListener,
-    deaf_warning,
-    parse_notice,
-    wake_up_text,
-)
+from django_workers.runtime.wakeup import LocalListener, wake_up_text
 from django_workers.runtime.watchdog import Watchdog
 from django_workers.signals import run_started
 from django_workers.stores import WorkerStore, default_store

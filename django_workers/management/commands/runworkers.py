@@ -26,6 +26,7 @@ from django_workers.backends import context_of
 from django_workers.checks import missing_tables, workers_databases
 from django_workers.conf import queue_limits, workers_settings
 from django_workers.management.arguments import port, positive_int, queue_list, seconds
+from django_workers.notices import CHANNEL
 from django_workers.runtime.outage import backoff_delay, unreachable
 from django_workers.runtime.process import (
     bound_connect_timeouts,
@@ -36,7 +37,7 @@ from django_workers.runtime.process import (
     serve_metrics,
 )
 from django_workers.runtime.runtime import WorkerRuntime
-from django_workers.runtime.wakeup import CHANNEL, notices_arrive, wake_up_text
+from django_workers.runtime.wakeup import notices_arrive, wake_up_text
 from django_workers.stores import default_store
 
 logger = logging.getLogger(__name__)
