@@ -13,10 +13,8 @@ class DjangoWorkersConfig(AppConfig):
     def ready(self) -> None:
         # checks registers the system checks on import.
         from django_workers import backends, checks, signals  # noqa: F401
-        from django_workers.runtime.invoke import set_context_factory
 
-        # Runs of records enqueued through django.tasks send Django's own task signals,
-        # and a takes_context task gets Django's TaskContext.
+        # Runs of records enqueued through django.tasks send Django's own task signals.
         # Connected only where TASKS uses the backend: a site that does not pays nothing
         # per task for them.
         if backends.configured():
@@ -24,4 +22,3 @@ class DjangoWorkersConfig(AppConfig):
             signals.run_finished.connect(
                 backends.send_task_finished, dispatch_uid="workers-finished"
             )
-        set_context_factory(backends.context_of)

@@ -32,15 +32,9 @@ from django_workers.authority import Authority, Owner, Scope, check_authority
 from django_workers.cancellation import CancelReason, cancel_message
 from django_workers.exceptions import RemoteTaskError, TaskCancelled
 from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
+from django_workers.notices import DONE_CHANNEL, ENDED, Listener, deaf_warning, parse_notice
 from django_workers.options import TaskOptions
 from django_workers.references import TaskRef
-from django_workers.runtime.wakeup import (
-    DONE_CHANNEL,
-    ENDED,
-    Listener,
-    deaf_warning,
-    parse_notice,
-)
 from django_workers.stores import WorkerStore, default_store
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ SQLite has no LISTEN/NOTIFY, so an idle worker finds new work at its next poll
 (``POLL_INTERVAL``). Next to the database file, a folder ``<file>.wake`` holds
 one Unix datagram socket per listening runtime; after a commit that queued work,
 the writer sends each socket one datagram, ``e:<queue>`` (the ``ENQUEUED``
-notice of ``runtime.wakeup``). A folder that does not exist (no worker ever
+notice of ``notices``). A folder that does not exist (no worker ever
 listened) costs one failed ``scandir``; a socket nobody holds any more is
 removed by the first sender that finds it dead. Polling stays the fallback:
 a lost datagram only costs the poll it would have saved.

@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from django_workers import clock
+from django_workers.backends import context_of
 from django_workers.cancellation import CancelReason, CancelToken
 from django_workers.exceptions import TasksKeepComing
 from django_workers.info import TaskInfo, TaskStatus
@@ -106,7 +107,7 @@ def _next_retry(infos: Iterable[TaskInfo]) -> datetime | None:
 
 def _run_one(store: WorkerStore, info: TaskInfo, worker_id: str, backoff: bool) -> TaskInfo:
     """Run one claimed task as a runtime's run thread and finisher would, then read it back."""
-    handle = RunHandle(info, store, worker_id)
+    handle = RunHandle(info, store, worker_id, context_of)
     handle.try_start()
     if not handle.pre_run_check():
         refused = store.get_task_info(info.id)
@@ -262,7 +263,7 @@ def call_task(task: TaskRef, /, *args: Any, **kwargs: Any) -> Any:
 
 def _call(run: FakeRun, fields: dict[str, Any]) -> Any:
     run.info = replace(run.info, **fields)
-    return invoking.invoke(run.snapshot())
+    return invoking.invoke(run.snapshot(), context_factory=context_of)
 
 
 def _made_up(task_id: str, queue: str, options: TaskOptions, attempts: int) -> TaskInfo:

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 from django.db import connection, connections
 
 from django_workers import clock, lifecycle
+from django_workers.backends import context_of
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.runtime.runtime import WorkerRuntime
 from django_workers.stores import WorkerStore
@@ -148,6 +149,7 @@ def start_runtime(
     options.setdefault("poll_interval", 0.02)
     options.setdefault("heartbeat_interval", 0.2)
     options.setdefault("lease_timeout", 5.0)
+    options.setdefault("context_factory", context_of)
     return RuntimeThread(WorkerRuntime(store, **options), drain_timeout).start()
 
 

@@ -30,7 +30,7 @@ from django_workers.admin.base import (
     selected_ids,
     user_labels,
 )
-from django_workers.admin.live import POLL_INTERVAL_MS, live_url, task_now
+from django_workers.admin.live import POLL_INTERVAL_MS, live_url
 from django_workers.admin.retrying import may_retry, retry_selected, retry_url
 from django_workers.api import cancel_task
 from django_workers.authority import user_id_of
@@ -330,6 +330,26 @@ class TaskRecordAdmin(ReadOnlyAdmin):
             "<strong>{}</strong>: {}<pre>{}</pre>",
             ((e.get("type", ""), e.get("message", ""), e.get("traceback", "")) for e in earlier),
         )
+
+
+def task_now(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str) -> dict[str, Any]:
+    """A task's status, progress, attempts and duration as its page shows them (``live_url``)."""
+    assert isinstance(model_admin, TaskRecordAdmin)
+    task = model_admin._visible_task(request, object_id)
+    elapsed = task_duration(task.started_at, task.finished_at)
+    return {
+        "status": task.status,
+        # As the page's read-only field shows it: the status's label, and its coloured badge.
+        "status_display": task.get_status_display(),
+        "status_html": status_badge(task),
+        "progress": task.progress,
+        "progress_html": progress_bar(task.progress),
+        "attempts": task.attempts,
+        # As the page's read-only field words it ("2 of 4", "retrying: attempt 3 of 4, ...").
+        "attempts_display": model_admin.attempts_display(task),
+        "duration": EMPTY if elapsed is None else format_seconds(elapsed.total_seconds()),
+        "ended": task.status in TERMINAL_STATUSES,
+    }
 
 
 def earlier_failures(

@@ -15,6 +15,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
@@ -32,7 +33,7 @@ from django_workers.admin.base import (
     selected_ids,
     user_labels,
 )
-from django_workers.admin.live import POLL_INTERVAL_MS, live_url, workflow_now
+from django_workers.admin.live import POLL_INTERVAL_MS, live_url
 from django_workers.authority import user_id_of
 from django_workers.engine.records import shown_state
 from django_workers.exceptions import (
@@ -311,6 +312,29 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
             total,
             detail,
         )
+
+
+def workflow_now(
+    model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str
+) -> dict[str, Any]:
+    """A workflow's state, its DAG's picture and its node table's rows, as its page shows them."""
+    assert isinstance(model_admin, WorkflowRecordAdmin)
+    info = model_admin._visible_workflow(request, object_id)
+    has_undo = any(node.undo is not None for node in info.nodes)
+    rows = render_to_string(
+        "admin/django_workers/workflowrecord/node_rows.html",
+        {"nodes": [_node_row(node) for node in info.nodes], "has_undo": has_undo},
+        request,
+    )
+    return {
+        "state": info.state,
+        "state_html": state_cell(info),
+        # The buttons the page offers; once they would differ, the script reloads the page.
+        "actions": offered_actions(info),
+        "picture": workflow_svg(info, _task_change_url),
+        "nodes_html": rows,
+        "ended": info.is_finished,
+    }
 
 
 def _task_change_url(task_id: str) -> str:

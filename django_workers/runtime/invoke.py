@@ -8,35 +8,37 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync
+from django.core.exceptions import ImproperlyConfigured
 from django.tasks import Task
 
 from django_workers.info import TaskInfo
 from django_workers.references import resolve
 
-#: Builds the first argument of a ``takes_context=True`` Django task; set by the backend.
+#: Builds the first argument of a ``takes_context=True`` Django task from the run's
+#: snapshot: whoever builds a runtime passes it (``django_workers.backends.context_of``
+#: gives Django's TaskContext), so the runtime needs no knowledge of the backend.
 ContextFactory = Callable[[TaskInfo, Task], Any]
-_context_factory: ContextFactory | None = None
 
 
-def set_context_factory(factory: ContextFactory | None) -> None:
-    """Install how ``takes_context`` tasks get their context (the django.tasks backend does)."""
-    global _context_factory
-    _context_factory = factory
-
-
-def invoke(info: TaskInfo, live: Callable[[], TaskInfo] | None = None) -> Any:
+def invoke(
+    info: TaskInfo,
+    live: Callable[[], TaskInfo] | None = None,
+    context_factory: ContextFactory | None = None,
+) -> Any:
     """Run the task ``info`` names in this thread and return what it returns.
 
     ``live`` builds the run's current snapshot for a ``takes_context`` task's context
     (``info`` itself when not given); other tasks only need the path and arguments,
-    so a worker does not build one for each of them.
+    so a worker does not build one for each of them. ``context_factory`` makes that
+    context; without one a ``takes_context`` task cannot run.
     """
     target = resolve(info.task_path)
     args: Sequence[Any] = info.args
     if isinstance(target, Task):
         func: Callable[..., Any] = target.func
         if target.takes_context:
-            args = [_context(live() if live is not None else info, target), *args]
+            snapshot = live() if live is not None else info
+            args = [_context(context_factory, snapshot, target), *args]
     else:
         func = target
     if _is_async(func):
@@ -56,8 +58,10 @@ def _is_async(func: Callable[..., Any]) -> bool:
         return inspect.iscoroutinefunction(func)
 
 
-def _context(info: TaskInfo, task: Task) -> Any:
-    if _context_factory is None:
-        from django_workers import backends  # noqa: F401  (installs the factory)
-    assert _context_factory is not None
-    return _context_factory(info, task)
+def _context(factory: ContextFactory | None, info: TaskInfo, task: Task) -> Any:
+    if factory is None:
+        raise ImproperlyConfigured(
+            f"{info.task_path} takes a context, but this runtime was built without a "
+            "context_factory; pass context_factory=django_workers.backends.context_of."
+        )
+    return factory(info, task)

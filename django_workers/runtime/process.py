@@ -66,6 +66,7 @@ def build_runtime(options: dict[str, Any], store: Any = None) -> WorkerRuntime:
         # This runtime is its process: if it gets stuck it exits, and runs that outlive
         # its drain die with it.
         owns_process=True,
+        context_factory=options.get("context_factory"),
     )
 
 

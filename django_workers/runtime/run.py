@@ -62,12 +62,20 @@ QUEUED, STARTED, RELEASED = "queued", "started", "released"
 class RunHandle:
     """The live state of one run; keyed by its run id, never by task id."""
 
-    def __init__(self, info: TaskInfo, store: WorkerStore, worker_id: str) -> None:
+    def __init__(
+        self,
+        info: TaskInfo,
+        store: WorkerStore,
+        worker_id: str,
+        context_factory: invoking.ContextFactory | None = None,
+    ) -> None:
         self.info = info
         self.run_id = info.run_id
         self.task_id = info.id
         self.store = store
         self.worker_id = worker_id
+        #: Builds the first argument of a ``takes_context`` task (its owner's choice).
+        self.context_factory = context_factory
         self.token = CancelToken()
         # Set by the run thread once the task returned (its end may not be written yet).
         self.returned = False
@@ -198,7 +206,7 @@ def execute(handle: RunHandle) -> TaskEnd:
     bound = bind_current(handle)
     try:
         try:
-            value = invoking.invoke(handle.info, handle.snapshot)
+            value = invoking.invoke(handle.info, handle.snapshot, handle.context_factory)
         except TaskCancelled as e:
             reason = handle.token.reason if handle.token.requested else CancelReason(e.reason)
             if reason is CancelReason.SHUTDOWN:

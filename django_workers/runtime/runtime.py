@@ -48,7 +48,9 @@ from django_workers.info import TaskFailure, TaskInfo, TaskStatus, class_path
 from django_workers.lifecycle import TaskEnd
 from django_workers.live import live_runs
 from django_workers.local_wake import runtime_socket_name
+from django_workers.notices import CANCELLED, PROBE_TIMEOUT, Listener, deaf_warning, parse_notice
 from django_workers.runtime.flag import SignalSafeEvent
+from django_workers.runtime.invoke import ContextFactory
 from django_workers.runtime.outage import DatabaseWatch, LeaseWitness, backoff_delay, unreachable
 from django_workers.runtime.reporter import (
     EndItem,
@@ -65,15 +67,7 @@ from django_workers.runtime.run import (
     task_logger,
 )
 from django_workers.runtime.scheduler import Scheduler
-from django_workers.runtime.wakeup import (
-    CANCELLED,
-    PROBE_TIMEOUT,
-    Listener,
-    LocalListener,
-    deaf_warning,
-    parse_notice,
-    wake_up_text,
-)
+from django_workers.runtime.wakeup import LocalListener, wake_up_text
 from django_workers.runtime.watchdog import Watchdog
 from django_workers.signals import run_started
 from django_workers.stores import WorkerStore, default_store
@@ -114,6 +108,7 @@ class WorkerRuntime:
         heartbeat_interval: float | None = None,
         lease_timeout: float | None = None,
         owns_process: bool = False,
+        context_factory: ContextFactory | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}.")
@@ -125,6 +120,9 @@ class WorkerRuntime:
         # True when this runtime is its process (runworkers): a stuck runtime then exits,
         # and runs that outlive the drain die with the process.
         self.owns_process = owns_process
+        #: Builds a ``takes_context`` task's first argument (Django's TaskContext when
+        #: ``runworkers`` builds the runtime); without it such a task fails.
+        self.context_factory = context_factory
         self.poll_interval = workers_settings.seconds("POLL_INTERVAL", poll_interval)
         self.heartbeat_interval = workers_settings.seconds("HEARTBEAT_INTERVAL", heartbeat_interval)
         self.lease_timeout = workers_settings.seconds("LEASE_TIMEOUT", lease_timeout)
@@ -481,7 +479,7 @@ class WorkerRuntime:
 
     def _dispatch(self, info: TaskInfo, *, slot_held: bool = False) -> None:
         """Hand a claimed run to a thread; ``slot_held``: its slot is counted already."""
-        handle = RunHandle(info, self.store, self.worker_id)
+        handle = RunHandle(info, self.store, self.worker_id, self.context_factory)
         with self._lock:
             # A run executing here whose claim the database lost (see ``_OWN_COMMIT`` in
             # stores.sql) and this claim made again: the record is that run's once more.

@@ -124,6 +124,7 @@ class Supervisor:
                 "drain_timeout",
                 "verbosity",
                 "metrics_port",
+                "context_factory",
             )
         }
         self.count = options["processes"]

@@ -20,11 +20,10 @@ from django.core.management import call_command
 from django.db import connections
 from django.test import override_settings
 
-from django_workers import Owner, System, TaskStatus, submit_task
+from django_workers import Owner, System, TaskStatus, notices, submit_task
 from django_workers import handles as handles_module
 from django_workers.management.commands.runworkers import _wake_up
-from django_workers.runtime import wakeup
-from django_workers.runtime.wakeup import CHANNEL
+from django_workers.notices import CHANNEL
 from django_workers.stores.database import DatabaseWorkerStore
 from django_workers.stores.memory import InMemoryWorkerStore
 from tests import tasks
@@ -40,7 +39,7 @@ DEAF = "polling every 0.05 s (LISTEN receives no notices)"
 
 @pytest.fixture(autouse=True)
 def _short_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wakeup, "PROBE_TIMEOUT", 0.3)
+    monkeypatch.setattr(notices, "PROBE_TIMEOUT", 0.3)
 
 
 @pytest.fixture
@@ -176,9 +175,9 @@ def test_unlisten_reaches_the_session_that_listened() -> None:
     params = DatabaseWorkerStore().listen_params()
     assert params is not None
     with psycopg.connect(**params, autocommit=True) as conn:
-        session = wakeup.listen(conn, CHANNEL)
+        session = notices.listen(conn, CHANNEL)
         assert conn.execute("SELECT pg_listening_channels()").fetchall() == [(CHANNEL,)]
-        assert wakeup.unlisten(conn, CHANNEL, session)
+        assert notices.unlisten(conn, CHANNEL, session)
         assert conn.execute("SELECT pg_listening_channels()").fetchall() == []
 
 

@@ -35,9 +35,9 @@ from django_workers.cancellation import CancelToken
 from django_workers.info import TaskInfo
 from django_workers.lifecycle import WORKER_LOST_MESSAGE
 from django_workers.live import live_runs
+from django_workers.notices import CHANNEL
 from django_workers.runtime.run import RunHandle, backoff
 from django_workers.runtime.runtime import EXIT_DRAIN_TIMEOUT, EXIT_OK, WorkerRuntime
-from django_workers.runtime.wakeup import CHANNEL
 from django_workers.stores import WorkerStore
 from django_workers.stores.base import WorkerRegistration
 from django_workers.stores.memory import InMemoryWorkerStore

@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from django_workers.runtime import wakeup
-from django_workers.runtime.wakeup import CHANNEL, PROBE, RECONNECTED, Listener, parse_notice
+from django_workers import notices
+from django_workers.notices import CHANNEL, PROBE, RECONNECTED, Listener, parse_notice
 from tests.fake_listen import FakeConnection
 from tests.helpers import wait_until
 
@@ -63,7 +63,7 @@ class Harness:
 
 @pytest.fixture(autouse=True)
 def _short_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wakeup, "PROBE_TIMEOUT", 0.3)
+    monkeypatch.setattr(notices, "PROBE_TIMEOUT", 0.3)
 
 
 def test_a_listen_that_hears_its_probe_is_trusted() -> None:
@@ -118,8 +118,8 @@ def test_unlisten_goes_on_until_it_reaches_the_session_that_listened() -> None:
             return None
 
     conn = Pooled()
-    assert wakeup.listen(conn, CHANNEL) == 5
-    assert wakeup.unlisten(conn, CHANNEL, 9)
+    assert notices.listen(conn, CHANNEL) == 5
+    assert notices.unlisten(conn, CHANNEL, 9)
     assert conn.count("UNLISTEN") == 3
 
 

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from django_workers.runtime.wakeup import (
+from django_workers.notices import (
     CANCELLED,
     CHANNEL,
     DONE_CHANNEL,

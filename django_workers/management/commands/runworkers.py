@@ -22,9 +22,11 @@ from django.core.management.base import (
 from django.db import DatabaseError, connections
 
 import django_workers
+from django_workers.backends import context_of
 from django_workers.checks import missing_tables, workers_databases
 from django_workers.conf import queue_limits, workers_settings
 from django_workers.management.arguments import port, positive_int, queue_list, seconds
+from django_workers.notices import CHANNEL
 from django_workers.runtime.outage import backoff_delay, unreachable
 from django_workers.runtime.process import (
     bound_connect_timeouts,
@@ -35,7 +37,7 @@ from django_workers.runtime.process import (
     serve_metrics,
 )
 from django_workers.runtime.runtime import WorkerRuntime
-from django_workers.runtime.wakeup import CHANNEL, notices_arrive, wake_up_text
+from django_workers.runtime.wakeup import notices_arrive, wake_up_text
 from django_workers.stores import default_store
 
 logger = logging.getLogger(__name__)
@@ -147,6 +149,8 @@ class Command(BaseCommand):
                 raise CommandError(problem)
         check_metrics_port(options["metrics_port"], options["processes"])
         store = default_store()
+        # A takes_context task gets Django's TaskContext (a function: it pickles by name).
+        options["context_factory"] = context_of
         if options["processes"] > 1:
             from django_workers.runtime.supervisor import Supervisor
 
