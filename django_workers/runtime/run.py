@@ -34,6 +34,8 @@ from django_workers.bounds import (
 )
 from django_workers.cancellation import CancelReason, CancelToken
 from django_workers.conf import workers_settings
+from django_workers.engine.context import WorkflowContext
+from django_workers.engine.records import UNDO_SUFFIX
 from django_workers.exceptions import (
     ArgumentsNotSerializable,
     ResultTooLarge,
@@ -49,8 +51,6 @@ from django_workers.options import MAX_RETRIES
 from django_workers.references import to_sized_json
 from django_workers.runtime import invoke as invoking
 from django_workers.stores.base import WorkerStore
-from django_workers.workflows.context import WorkflowContext
-from django_workers.workflows.records import UNDO_SUFFIX
 
 #: The per-task lines (started, retried, ended), so that a site can silence them alone.
 task_logger = logging.getLogger("django_workers.runtime.tasks")
