@@ -31,6 +31,7 @@ from django_workers import (
 from django_workers.models import TaskRecord, TaskWatcher
 from django_workers.stores import rows, sql
 from django_workers.stores.database import WORKFLOW_COLUMNS, DatabaseWorkerStore
+from django_workers.stores.sql import cursor as kept
 from django_workers.submission import build_task, build_tasks
 from django_workers.workflows import Workflow
 from tests.factories import NewTaskFactory, TaskRecordFactory, TaskWatcherFactory
@@ -374,7 +375,7 @@ def test_without_client_side_binding_ends_and_their_refill_share_one_transaction
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Server-side binding runs one statement a call: the one-round-trip path steps aside.
-    monkeypatch.setattr(sql, "psycopg_client_cursor", lambda: type("NoCursor", (), {}))
+    monkeypatch.setattr(kept, "psycopg_client_cursor", lambda: type("NoCursor", (), {}))
     store = DatabaseWorkerStore()
     ids = [
         submit_task(f"t{i}", add, System(), args=[1, 2], scope="global", store=store)

@@ -24,21 +24,14 @@ decided in Python between a read and a write.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
-import json.scanner
-import operator
-import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from enum import Enum
-from typing import Any, cast
+from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.backends.utils import CursorWrapper
 
-from django_workers.cancellation import CancelReason
 from django_workers.info import TaskStatus
 from django_workers.lifecycle import TaskEnd, fields_of
 from django_workers.models import (
@@ -49,21 +42,47 @@ from django_workers.models import (
     TaskWatcher,
     WorkflowRecord,
 )
-from django_workers.references import JSON_SCALARS
 from django_workers.stores.base import NewTask
-from django_workers.stores.rows import FRESH_VALUES, row_of
+from django_workers.stores.rows import row_of
+from django_workers.stores.sql.columns import _COLUMNS, _FIELDS, JSON_COLUMNS, _target
+from django_workers.stores.sql.copy import _copy_lines, _copy_statement, _write_lines
+from django_workers.stores.sql.cursor import (
+    _statements_cursor,
+    kept_cursor,
+    kept_fetch,
+)
+from django_workers.stores.sql.cursor import (
+    psycopg_client_cursor as psycopg_client_cursor,
+)
+from django_workers.stores.sql.decode import (
+    NODE_COLUMNS as NODE_COLUMNS,
+)
+from django_workers.stores.sql.decode import (
+    WORKFLOW_COLUMNS as WORKFLOW_COLUMNS,
+)
+from django_workers.stores.sql.decode import (
+    _records,
+    _sqlite_datetimes,
+    _workflows,
+)
+from django_workers.stores.sql.encode import (
+    _BOUND,
+    _BOUND_ARGS,
+    _BOUND_DATETIME_AT,
+    _BOUND_KWARGS,
+    _BOUND_OPTIONS,
+    _FRESH_LITERALS,
+    _arguments_text,
+    _bound_of,
+    _db_value,
+    _json_text,
+)
 
-JSON_COLUMNS = frozenset({"args", "kwargs", "options", "result", "error", "errors"})
-DATETIME_COLUMNS = frozenset({"run_after", "created_at", "started_at", "finished_at"})
 #: Below this many rows a plain INSERT beats setting up a COPY.
 COPY_MIN_ROWS = 50
 #: Rows per multi-row INSERT (keeps every vendor under its bound-parameter limit).
 INSERT_CHUNK = 400
 
-_FIELDS = [f.attname for f in TaskRecord._meta.concrete_fields]
-# A concrete field is one with a column, so none of these is None.
-_COLUMNS = [cast(str, f.column) for f in TaskRecord._meta.concrete_fields]
-_dumps = json.dumps
 _CLAIM_ORDER_SQL = ", ".join(
     f"{name[1:]} DESC" if name.startswith("-") else name for name in CLAIM_ORDER
 )
@@ -71,92 +90,6 @@ _CLAIM_ORDER_SQL = ", ".join(
 
 def _q(connection: BaseDatabaseWrapper, name: str) -> str:
     return connection.ops.quote_name(name)
-
-
-def _db_value(connection: BaseDatabaseWrapper, name: str, value: Any) -> Any:
-    if value is None:
-        return None
-    if name in JSON_COLUMNS:
-        return json.dumps(value)
-    if name in DATETIME_COLUMNS:
-        return connection.ops.adapt_datetimefield_value(value)
-    return value
-
-
-def _copy_lines(news: Iterable[NewTask]) -> Iterator[str]:
-    """Fresh records as lines of COPY's text format, their columns in ``_COPY_FIELDS`` order.
-
-    Each line is the record's own values, then a text made once for the values the
-    records of one shape share (``build_tasks`` gives them the same objects), then the
-    values every fresh record holds: past the first record of a shape, a line is six
-    values and a join, where psycopg's ``write_row`` converted all 25 columns a row.
-    """
-    shared: tuple[Any, ...] | None = None
-    shared_text = ""
-    second: datetime | None = None
-    head = tail = ""
-    for new in news:
-        # Equal values make equal texts, so a tuple compare (identity first) decides.
-        values = _shared_of(new)
-        if values != shared:
-            shared = values
-            shared_text = "\t".join(map(_copy_text, values))
-        args, kwargs = _arguments_text(new)
-        # A batch's times are a microsecond apart: its second's text is made once, then
-        # each line writes its microseconds (an aware isoformat() was a tenth of a line).
-        created_at = new.created_at
-        whole = created_at.replace(microsecond=0)
-        if whole != second or whole.tzinfo is not second.tzinfo:
-            second = whole
-            text = whole.isoformat()
-            head, tail = text[:19], text[19:]
-        task_id = _cell(new.id)
-        key = task_id if new.key is new.id else _cell(new.key)  # a global key is its id
-        yield (
-            f"{task_id}\t{key}\t{_cell(new.run_id)}\t"
-            f"{head}.{created_at.microsecond:06d}{tail}\t"
-            f"{args if args == '[]' else _cell(args)}\t"
-            f"{kwargs if kwargs == '{}' else _cell(kwargs)}\t"
-            f"{shared_text}\t{_COPY_FRESH_TEXT}\n"
-        )
-
-
-#: What COPY's text format escapes in a value: the backslash, the column and row ends.
-_COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
-
-
-def _cell(text: str) -> str:
-    """``text`` as a value of COPY's text format."""
-    # A printable text holds no tab, newline or carriage return: most need nothing.
-    if "\\" in text or not text.isprintable():
-        return text.translate(_COPY_ESCAPES)
-    return text
-
-
-def _copy_text(value: Any) -> str:
-    """A column value as COPY's text format reads it: JSON columns' values as JSON."""
-    if value is None:
-        return "\\N"
-    if isinstance(value, list | dict):
-        return _cell(_json_text(value, shared=True))
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Enum):
-        value = value.value
-    return _cell(str(value))
-
-
-@functools.cache
-def _target(vendor: str, quote: Callable[[str], str]) -> tuple[str, str]:
-    """The quoted table and column list of an insert (built once per database vendor)."""
-    return quote(TaskRecord._meta.db_table), ", ".join(quote(c) for c in _COLUMNS)
-
-
-@functools.cache
-def _copy_statement(vendor: str, quote: Callable[[str], str]) -> str:
-    """The COPY of fresh records, its columns in ``_COPY_FIELDS`` order (built once)."""
-    table = _target(vendor, quote)[0]
-    return f"COPY {table} ({', '.join(quote(c) for c in _COPY_COLUMNS)}) FROM STDIN"
 
 
 def copies(connection: BaseDatabaseWrapper, count: int) -> bool:
@@ -188,49 +121,6 @@ def insert_records(connection: BaseDatabaseWrapper, news: Sequence[NewTask]) -> 
             cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", params)
 
 
-#: Lines a COPY sends at once: the first few soon, so the server starts writing while
-#: the rest are built, then more a message.
-_COPY_FIRST_LINES, _COPY_LINES = 32, 128
-
-
-def _write_lines(copy: Any, lines: Iterable[str]) -> None:
-    """Send ``lines`` through a psycopg ``Copy``, a chunk of them a message."""
-    chunk: list[str] = []
-    size = _COPY_FIRST_LINES
-    for line in lines:
-        chunk.append(line)
-        if len(chunk) == size:
-            copy.write("".join(chunk))
-            chunk = []
-            size = _COPY_LINES
-    if chunk:
-        copy.write("".join(chunk))
-
-
-#: The columns every fresh record holds the same value in (``rows.row_of``), written as
-#: literals by ``insert_if_new`` so a submit binds only the columns that vary.
-_FRESH_LITERALS = {
-    "progress": "0",
-    "attempts": "0",
-    "result": "NULL",
-    "error": "NULL",
-    "errors": "'[]'",
-    "cancel_reason": f"'{CancelReason.NONE.value}'",
-    "worker_id": "NULL",
-    "started_at": "NULL",
-    "finished_at": "NULL",
-}
-_BOUND = [f for f in _FIELDS if f not in _FRESH_LITERALS]
-_BOUND_DATETIME = frozenset(f for f in _BOUND if f in DATETIME_COLUMNS)
-#: A COPY names first the columns each record holds alone, then those the records of one
-#: shape share, then those every fresh record holds alike (see ``_copy_lines``).
-_OWN_FIELDS = ("id", "key", "run_id", "created_at", "args", "kwargs")
-_SHARED_FIELDS = tuple(f for f in _BOUND if f not in _OWN_FIELDS)
-_COPY_FIELDS = [*_OWN_FIELDS, *_SHARED_FIELDS, *_FRESH_LITERALS]
-_COPY_COLUMNS = [_COLUMNS[_FIELDS.index(f)] for f in _COPY_FIELDS]
-_shared_of = operator.attrgetter(*_SHARED_FIELDS)
-
-
 #: The PostgreSQL function (migration 0009) that inserts one fresh record, taking the
 #: ``_BOUND`` columns in order: the server plans its INSERT once per session instead of
 #: on every submit.
@@ -244,52 +134,6 @@ def _insert_if_new_sql(vendor: str, quote: Callable[[str], str]) -> str:
     table, columns = _target(vendor, quote)
     values = ", ".join(_FRESH_LITERALS.get(f, "%s") for f in _FIELDS)
     return f"INSERT INTO {table} ({columns}) VALUES ({values}) ON CONFLICT (id) DO NOTHING"
-
-
-#: The JSON text of the options dicts submits wrote last, by identity: the records built
-#: from one ``TaskOptions`` share one dict, which nothing changes.
-_SHARED_JSON: dict[int, tuple[Any, str]] = {}
-_SHARED_JSON_MAX = 64
-
-
-def _json_text(value: Any, shared: bool) -> str:
-    """``json.dumps(value)``, without encoding an empty list or dict, or a shared dict again."""
-    if value == []:
-        return "[]"
-    if value == {}:
-        return "{}"
-    if not shared:
-        return _dumps(value)
-    seen = _SHARED_JSON.get(id(value))
-    if seen is not None and seen[0] is value:
-        return seen[1]
-    text = _dumps(value)
-    if len(_SHARED_JSON) >= _SHARED_JSON_MAX:
-        _SHARED_JSON.clear()
-    # The entry holds the value, so its id cannot be reused while the entry exists.
-    _SHARED_JSON[id(value)] = (value, text)
-    return text
-
-
-def _arguments_text(new: NewTask) -> tuple[str, str]:
-    """A record's args and kwargs as JSON text: as its check encoded them, while still those."""
-    known = new.arguments_json
-    if known is not None and known[0] is new.args and known[1] is new.kwargs:
-        return known[2], known[3]
-    return _json_text(new.args, shared=False), _json_text(new.kwargs, shared=False)
-
-
-#: The values every fresh record holds, as the end of each line ``_copy_lines`` makes.
-_COPY_FRESH_TEXT = "\t".join(_copy_text(FRESH_VALUES[f]) for f in _FRESH_LITERALS)
-
-
-#: A fresh record's ``_BOUND`` values, read off its ``NewTask`` (same names) in one call;
-#: where its JSON and datetime values sit among them.
-_bound_of = operator.attrgetter(*_BOUND)
-_BOUND_ARGS, _BOUND_KWARGS, _BOUND_OPTIONS = (
-    _BOUND.index(f) for f in ("args", "kwargs", "options")
-)
-_BOUND_DATETIME_AT = tuple(i for i, f in enumerate(_BOUND) if f in _BOUND_DATETIME)
 
 
 def insert_if_new(connection: BaseDatabaseWrapper, new: NewTask) -> bool:
@@ -657,7 +501,6 @@ _RECORD_SELECT_SQLITE = f"""{_RECORD_COLUMNS_SQL},
                 SELECT json_group_array(json_array(w.id, w.user_id))
                 FROM {TaskWatcher._meta.db_table} w WHERE w.task_id = t.id
             )"""
-_DATETIME_AT = [i for i, name in enumerate(_FIELDS) if name in DATETIME_COLUMNS]
 
 
 def _ordered_claim(queues: Sequence[str] | None) -> str:
@@ -677,85 +520,6 @@ def _ordered_claim(queues: Sequence[str] | None) -> str:
     return "SELECT set_config('enable_sort', 'off', true);\n"
 
 
-def _records(
-    fetched: Sequence[Sequence[Any]], convert: Callable[[Any], Any] | None = None
-) -> list[dict[str, Any]]:
-    """Rows of ``_RECORD_SELECT`` (or ``_RECORD_SELECT_SQLITE``) as records.
-
-    Their watchers go under ``grants``; ``convert``, where the driver's datetimes
-    are not what the ORM returns, converts each datetime column.
-    """
-    records = []
-    for values in fetched:
-        if convert is not None:
-            values = list(values)
-            for at in _DATETIME_AT:
-                values[at] = convert(values[at])
-        record = dict(zip(_FIELDS, values[:-1], strict=True))
-        for name in JSON_COLUMNS:
-            text = record[name]
-            if isinstance(text, str):
-                record[name] = _options_value(text) if name == "options" else _json_value(text)
-        grants = values[-1]
-        if isinstance(grants, str):
-            grants = [user_id for _grant, user_id in sorted(json.loads(grants))]
-        record["grants"] = list(grants)
-        records.append(record)
-    return records
-
-
-#: The C scanner ``json.loads`` ends in, called directly. An idle worker's wake-up
-#: decodes a claimed record's JSON columns: ``json.loads`` also runs three functions of
-#: Python and a regular expression, which cost tens of microseconds when their code is no
-#: longer in the processor's caches.
-_scan_json = json.scanner.make_scanner(cast(Any, json.JSONDecoder()))
-#: Options texts decoded already (records of one site hold few distinct ones): flat dicts,
-#: of which each record gets its own copy.
-_OPTIONS_VALUES: dict[str, dict[str, Any]] = {}
-_OPTIONS_VALUES_MAX = 256
-
-
-def _json_value(text: str) -> Any:
-    """``json.loads(text)`` for the JSON text a column holds."""
-    # Most records hold empty args, kwargs and errors: no parser needed for those.
-    if text == "[]":
-        return []
-    if text == "{}":
-        return {}
-    try:
-        value, end = _scan_json(text, 0)
-    except StopIteration:
-        end = -1
-    if end != len(text):  # space around it, or not JSON: json.loads says what it is
-        return json.loads(text)
-    return value
-
-
-def _options_value(text: str) -> Any:
-    """``_json_value`` for an options column: decoded once for each distinct text."""
-    known = _OPTIONS_VALUES.get(text)
-    if known is not None:
-        return known.copy()
-    value = _json_value(text)
-    if isinstance(value, dict) and all(type(v) in JSON_SCALARS for v in value.values()):
-        if len(_OPTIONS_VALUES) >= _OPTIONS_VALUES_MAX:
-            _OPTIONS_VALUES.clear()
-        _OPTIONS_VALUES[text] = value.copy()
-    return value
-
-
-def _sqlite_datetimes(connection: BaseDatabaseWrapper) -> Callable[[Any], Any] | None:
-    """Django's conversion of SQLite's datetime columns, as the ORM makes it; None elsewhere.
-
-    SQLite gives text (or, for a plain column, a naive datetime); with ``USE_TZ`` the ORM
-    makes it aware in the connection's time zone.
-    """
-    if connection.vendor != "sqlite":
-        return None
-    convert = connection.ops.convert_datetimefield_value  # type: ignore[attr-defined]
-    return lambda value: convert(value, None, connection)
-
-
 def _record_select(connection: BaseDatabaseWrapper) -> str:
     return _RECORD_SELECT_SQLITE if connection.vendor == "sqlite" else _RECORD_SELECT
 
@@ -771,18 +535,6 @@ def read_record(connection: BaseDatabaseWrapper, task_id: str) -> dict[str, Any]
     return found[0] if found else None
 
 
-#: What a workflow's status reads of each of its task records, in this order.
-NODE_COLUMNS = ("id", "status", "result", "error", "cancel_reason")
-#: The columns of a workflow row, by attribute name.
-WORKFLOW_COLUMNS = tuple(f.attname for f in WorkflowRecord._meta.concrete_fields)
-_WORKFLOW_JSON = frozenset(
-    f.attname for f in WorkflowRecord._meta.concrete_fields if f.get_internal_type() == "JSONField"
-)
-_WORKFLOW_DATETIMES = frozenset(
-    f.attname
-    for f in WorkflowRecord._meta.concrete_fields
-    if f.get_internal_type() == "DateTimeField"
-)
 _WORKFLOW_COLUMNS_SQL = ", ".join(f"f.{f.column}" for f in WorkflowRecord._meta.concrete_fields)
 #: A workflow row (the table as ``f``): its columns, then its task records' ``NODE_COLUMNS``
 #: as one JSON array of arrays (``read_workflows`` decodes it).
@@ -831,20 +583,7 @@ def read_workflows(
     with kept_cursor(connection, bound=True) as cursor:
         cursor.execute(sql, [*values, limit, offset])
         fetched = cursor.fetchall()
-    found = []
-    for values in fetched:
-        row = dict(zip(WORKFLOW_COLUMNS, values[:-1], strict=True))
-        for name in _WORKFLOW_JSON:
-            if isinstance(row[name], str):
-                row[name] = json.loads(row[name])
-        if convert is not None:  # SQLite's naive datetimes, made aware as the ORM makes them
-            for name in _WORKFLOW_DATETIMES:
-                row[name] = convert(row[name])
-        records = values[-1]
-        if isinstance(records, str):
-            records = json.loads(records)
-        found.append((row, [dict(zip(NODE_COLUMNS, r, strict=True)) for r in records or ()]))
-    return found
+    return _workflows(fetched, convert)
 
 
 def list_records(
@@ -1015,166 +754,6 @@ def rollback_postgres(connection: BaseDatabaseWrapper) -> None:
     """End an open transaction of ``open_lock_and_finish_postgres`` without its writes."""
     with connection.cursor() as cursor:
         cursor.execute("ROLLBACK")
-
-
-@contextlib.contextmanager
-def _statements_cursor(connection: BaseDatabaseWrapper) -> Iterator[Any | None]:
-    """Django's cursor where one query may hold several statements (client-side binding).
-
-    None where psycopg binds on the server, which takes one statement a query.
-    """
-    with kept_cursor(connection) as cursor:
-        yield cursor if isinstance(cursor.cursor, psycopg_client_cursor()) else None
-
-
-#: For each Django connection to PostgreSQL: the psycopg connection it held when its
-#: kept cursor was made, that cursor, and the time zone it reads timestamps in;
-#: ``_KEPT_BOUND`` likewise for ``bound=True``.
-_Kept = tuple[Any, Any, Any]
-_KEPT: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Kept] = weakref.WeakKeyDictionary()
-_KEPT_BOUND: weakref.WeakKeyDictionary[BaseDatabaseWrapper, _Kept] = weakref.WeakKeyDictionary()
-
-
-@contextlib.contextmanager
-def kept_cursor(connection: BaseDatabaseWrapper, *, bound: bool = False) -> Iterator[Any]:
-    """Django's cursor for the hot statements, on PostgreSQL one psycopg cursor kept open.
-
-    A new psycopg cursor looks up the adapter of every parameter type again on its
-    first statement: with Django's wrapper made and closed around it, a quarter of the
-    client time of a single submit. The kept cursor is wrapped as Django wraps every
-    cursor (the async and thread-sharing checks, query logging, execute wrappers,
-    error translation) and replaced once Django has reconnected or its time zone
-    setting changed (``USE_TZ``, the database's ``TIME_ZONE``). It keeps its last
-    result (at most one claim's rows) until its next statement. Other databases
-    get Django's usual cursor.
-
-    ``bound``: for a query of one statement, a cursor that sends the values apart
-    from the query text (psycopg's server-side binding) even where the connection
-    binds on the client, Django's default. Neither side then quotes the values into,
-    or parses them out of, the text: a single submit measured about 7% faster, with
-    an eighth less of the client's CPU. Nothing is ever prepared on it, whatever the
-    connection's ``prepare_threshold`` (``DATABASES[...]["OPTIONS"]``): behind a
-    pooler in transaction mode a statement prepared on one server session is
-    missing on the next, or its name is taken there by another client's.
-    """
-    if connection.vendor != "postgresql":
-        with connection.cursor() as cursor:
-            yield cursor
-        return
-    yield _wrapped(connection, _kept_psycopg_cursor(connection, bound))
-
-
-def _wrapped(connection: BaseDatabaseWrapper, cursor: Any) -> Any:
-    """A psycopg cursor in Django's wrapper, which logs its queries where they are logged."""
-    if connection.queries_logged:
-        return connection.make_debug_cursor(cursor)
-    return connection.make_cursor(cursor)
-
-
-def kept_fetch(
-    connection: BaseDatabaseWrapper, statement: str, params: Sequence[Any], *, one: bool = False
-) -> Any:
-    """Run one statement on the kept cursor binding on the server (PostgreSQL); its rows.
-
-    ``one``: its first row alone. A submit and a claim, the two statements an idle
-    worker's wake-up waits on, come this way. While nothing watches Django's cursors
-    (no execute wrapper, no query logging, and ``CursorWrapper.execute`` as Django
-    defines it: a monitoring tool that replaces it sees every statement), the
-    statement goes to the psycopg cursor with what Django's wrapper would do around
-    it: refuse a broken transaction, translate the driver's errors. Django's
-    async and thread checks were made when the kept cursor was looked up. The
-    wrapper is made and thrown away for each statement, and after an idle wait,
-    its code no longer in the processor's caches, each of its steps costs
-    several microseconds of the wake-up.
-    """
-    cursor = _kept_psycopg_cursor(connection, True)
-    if (
-        connection.execute_wrappers
-        or connection.queries_logged
-        or CursorWrapper.execute is not _DJANGO_EXECUTE
-    ):
-        wrapped = _wrapped(connection, cursor)
-        wrapped.execute(statement, params)
-        return wrapped.fetchone() if one else wrapped.fetchall()
-    if connection.needs_rollback:
-        connection.validate_no_broken_transaction()
-    with connection.wrap_database_errors:
-        cursor.execute(statement, params)
-        return cursor.fetchone() if one else cursor.fetchall()
-
-
-#: Django's own ``CursorWrapper.execute``, to tell whether a tool has replaced it.
-_DJANGO_EXECUTE = CursorWrapper.execute
-
-
-def _kept_psycopg_cursor(connection: BaseDatabaseWrapper, bound: bool) -> Any:
-    """The psycopg cursor ``kept_cursor`` wraps, after Django's connection checks."""
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    raw = connection.connection
-    # Where Django binds on the server already, its kept cursor binds on the server too.
-    server_side = bool(getattr(connection.features, "uses_server_side_binding", False))
-    bound = bound and not server_side
-    table = _KEPT_BOUND if bound else _KEPT
-    kept = table.get(connection)
-    zone = connection.timezone
-    if kept is None or kept[0] is not raw or kept[1].closed or kept[2] != zone:
-        with connection.wrap_database_errors:
-            # Django's own server-binding cursor would prepare at the connection's threshold;
-            # its client-binding one never prepares.
-            if bound or server_side:
-                cursor = _server_bound_cursor(connection)
-            else:
-                cursor = connection.create_cursor()
-        kept = table[connection] = (raw, cursor, zone)
-    connection.validate_thread_sharing()
-    return kept[1]
-
-
-def _server_bound_cursor(connection: BaseDatabaseWrapper) -> Any:
-    """A psycopg cursor binding on the server, reading timestamps as Django's cursors do.
-
-    Django makes a connection read timestamps in its time zone (aware in UTC, or
-    naive without ``USE_TZ``) and, where a setting changed since it connected,
-    registers that zone on each new cursor; this cursor gets the same.
-    """
-    from django.db.backends.postgresql.psycopg_any import register_tzloader
-    from psycopg.pq import Format
-
-    raw = connection.connection
-    cursor = _unprepared_cursor_class()(raw)
-    timestamptz = raw.adapters.types["timestamptz"].oid
-    if connection.timezone != raw.adapters.get_loader(timestamptz, Format.TEXT).timezone:
-        register_tzloader(connection.timezone, cursor)
-    return cursor
-
-
-@functools.cache
-def _unprepared_cursor_class() -> type:
-    """psycopg's server-binding cursor, made never to prepare a statement."""
-    import psycopg
-
-    class UnpreparedCursor(psycopg.Cursor[Any]):
-        def execute(
-            self,
-            query: Any,
-            params: Any = None,
-            *,
-            prepare: bool | None = None,
-            binary: bool | None = None,
-        ) -> Any:
-            """Execute, unprepared whatever ``prepare`` or the connection's threshold say."""
-            return super().execute(query, params, prepare=False, binary=binary)
-
-    return UnpreparedCursor
-
-
-@functools.cache
-def psycopg_client_cursor() -> type:
-    """psycopg's client-side binding cursor class (several statements per execute)."""
-    import psycopg
-
-    return psycopg.ClientCursor
 
 
 def save_workflow_postgres(
