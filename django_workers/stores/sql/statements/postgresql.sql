@@ -17,19 +17,19 @@
 -- claimed row (48 ms a row at 258,000 watchers). An aggregate orders its own
 -- input: the task's index serves it.
 {task_columns},
-            (
-                SELECT COALESCE(array_agg(w.user_id ORDER BY w.id), '{{}}')
-                FROM django_workers_taskwatcher w WHERE w.task_id = t.id
-            )
+(
+    SELECT COALESCE(array_agg(w.user_id ORDER BY w.id), '{{}}')
+    FROM django_workers_taskwatcher w WHERE w.task_id = t.id
+)
 
 -- name: workflow_select
 -- A workflow row (the table as "f"): its columns, then its task records' id,
 -- status, result, error and cancel reason as one JSON array of arrays.
 {workflow_columns},
-            (
-                SELECT json_agg(json_build_array(t.id, t.status, t.result, t.error, t.cancel_reason))
-                FROM django_workers_taskrecord t WHERE t.workflow = f.id
-            )
+(
+    SELECT json_agg(json_build_array(t.id, t.status, t.result, t.error, t.cancel_reason))
+    FROM django_workers_taskrecord t WHERE t.workflow = f.id
+)
 
 -- name: insert_task
 -- One fresh record through the function that inserts it unless its id is
@@ -42,7 +42,10 @@ SELECT django_workers_insert_task(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s
 -- planner, expecting one row in ten to be pending, scanned the table from its
 -- oldest rows (15 ms at 100,000 rows; the pending index finds it in 0.2 ms).
 -- {queue_filter}: "" or " AND queue IN (%s, ...)".
-SELECT 1 FROM django_workers_taskrecord WHERE status = %s AND (run_after IS NULL OR run_after <= %s){queue_filter} ORDER BY priority DESC, created_at, id LIMIT 1
+SELECT 1 FROM django_workers_taskrecord
+WHERE status = %s AND (run_after IS NULL OR run_after <= %s){queue_filter}
+ORDER BY priority DESC, created_at, id
+LIMIT 1
 
 -- name: claim_records
 -- Claim for a worker from every queue or from one (worker id, now, limit,
@@ -56,18 +59,18 @@ SELECT * FROM django_workers_claim_records(%s, %s, %s, %s, %s)
 -- order and are left to the planner. {queue_filter}: "", "AND queue = %s" or
 -- "AND queue = ANY(%s)".
 UPDATE django_workers_taskrecord AS t
-        SET status = %s, worker_id = %s,
-            started_at = COALESCE(t.started_at, GREATEST(%s, t.created_at)),
-            attempts = t.attempts + 1
-        FROM (
-            SELECT id FROM django_workers_taskrecord
-            WHERE status = %s AND (run_after IS NULL OR run_after <= %s) {queue_filter}
-            ORDER BY priority DESC, created_at, id
-            LIMIT %s
-            FOR UPDATE SKIP LOCKED
-        ) AS ready
-        WHERE t.id = ready.id
-        RETURNING {record_select}
+SET status = %s, worker_id = %s,
+    started_at = COALESCE(t.started_at, GREATEST(%s, t.created_at)),
+    attempts = t.attempts + 1
+FROM (
+    SELECT id FROM django_workers_taskrecord
+    WHERE status = %s AND (run_after IS NULL OR run_after <= %s) {queue_filter}
+    ORDER BY priority DESC, created_at, id
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+) AS ready
+WHERE t.id = ready.id
+RETURNING {record_select}
 
 -- name: own_commit
 -- Sent first in a claim that is a transaction of its own: its commit does not
@@ -110,34 +113,36 @@ SELECT name FROM django_workers_queuelock WHERE name = ANY(%s) ORDER BY name FOR
 -- waiting for the locks, so a sequential queue's next run starts after the
 -- previous run's end was written. {queue_filter} as in claim.
 WITH busy AS (
-            SELECT queue FROM django_workers_taskrecord WHERE status = %s AND queue = ANY(%s)
-            UNION ALL
-            SELECT queue FROM django_workers_heldslot WHERE queue = ANY(%s)
-        ), free AS (
-            SELECT l.name, l.slots - (SELECT count(*) FROM busy b WHERE b.queue = l.name) AS slots
-            FROM unnest(%s::text[], %s::integer[]) AS l(name, slots)
-        )
-        UPDATE django_workers_taskrecord AS t
-        SET status = %s, worker_id = %s,
-            started_at = COALESCE(t.started_at, GREATEST(
-                %s::timestamptz + (clock_timestamp() - statement_timestamp()), t.created_at
-            )),
-            attempts = t.attempts + 1
-        FROM (
-            SELECT c.id, c.queue,
-                row_number() OVER (PARTITION BY c.queue ORDER BY c.priority DESC, c.created_at, c.id) AS place
-            FROM (
-                SELECT id, queue, priority, created_at FROM django_workers_taskrecord
-                WHERE status = %s AND (run_after IS NULL OR run_after <= %s) {queue_filter}
-                    AND queue <> ALL(ARRAY(SELECT name FROM free WHERE slots <= 0))
-                ORDER BY priority DESC, created_at, id
-                LIMIT %s
-                FOR UPDATE SKIP LOCKED
-            ) AS c
-        ) AS ready
-        LEFT JOIN free ON free.name = ready.queue
-        WHERE t.id = ready.id AND (free.name IS NULL OR ready.place <= free.slots)
-        RETURNING {record_select}
+    SELECT queue FROM django_workers_taskrecord WHERE status = %s AND queue = ANY(%s)
+    UNION ALL
+    SELECT queue FROM django_workers_heldslot WHERE queue = ANY(%s)
+), free AS (
+    SELECT l.name, l.slots - (SELECT count(*) FROM busy b WHERE b.queue = l.name) AS slots
+    FROM unnest(%s::text[], %s::integer[]) AS l(name, slots)
+)
+UPDATE django_workers_taskrecord AS t
+SET status = %s, worker_id = %s,
+    started_at = COALESCE(t.started_at, GREATEST(
+        %s::timestamptz + (clock_timestamp() - statement_timestamp()), t.created_at
+    )),
+    attempts = t.attempts + 1
+FROM (
+    SELECT c.id, c.queue,
+        row_number() OVER (
+            PARTITION BY c.queue ORDER BY c.priority DESC, c.created_at, c.id
+        ) AS place
+    FROM (
+        SELECT id, queue, priority, created_at FROM django_workers_taskrecord
+        WHERE status = %s AND (run_after IS NULL OR run_after <= %s) {queue_filter}
+            AND queue <> ALL(ARRAY(SELECT name FROM free WHERE slots <= 0))
+        ORDER BY priority DESC, created_at, id
+        LIMIT %s
+        FOR UPDATE SKIP LOCKED
+    ) AS c
+) AS ready
+LEFT JOIN free ON free.name = ready.queue
+WHERE t.id = ready.id AND (free.name IS NULL OR ready.place <= free.slots)
+RETURNING {record_select}
 
 -- name: end_runs
 -- Write runs' ends, given as one JSON array of objects, each fenced on its run
@@ -155,10 +160,10 @@ SELECT {columns} FROM django_workers_workflowrecord WHERE id = ANY(%s) ORDER BY 
 -- A workflow's new columns with the promotions they make: the promoted nodes
 -- become PENDING only while WAITING. {assignments}: "column = %s, ...".
 WITH promoted AS (
-            UPDATE django_workers_taskrecord SET status = %s
-            WHERE id = ANY(%s) AND status = %s
-        )
-        UPDATE django_workers_workflowrecord SET {assignments} WHERE id = %s
+    UPDATE django_workers_taskrecord SET status = %s
+    WHERE id = ANY(%s) AND status = %s
+)
+UPDATE django_workers_workflowrecord SET {assignments} WHERE id = %s
 
 -- name: read_record
 -- One record with its watchers.
@@ -166,16 +171,29 @@ SELECT {record_select} FROM django_workers_taskrecord t WHERE t.id = %s
 
 -- name: list_records
 -- A page of every record, newest first. {filters}: " AND t.column = %s ...".
-SELECT {record_select} FROM django_workers_taskrecord t WHERE TRUE{filters} ORDER BY t.created_at DESC, t.id DESC LIMIT %s OFFSET %s
+SELECT {record_select} FROM django_workers_taskrecord t
+WHERE TRUE{filters}
+ORDER BY t.created_at DESC, t.id DESC LIMIT %s OFFSET %s
 
 -- name: list_users_records
 -- A user's own records and the records it watches, each newest first along
 -- its own index, up to a number of each: the caller merges them (one query
 -- with "owner = u OR watched" would walk the whole table newest first).
 -- {filters} as in list_records.
-(SELECT {record_select} FROM django_workers_taskrecord t WHERE t.owner = %s{filters} ORDER BY t.created_at DESC, t.id DESC LIMIT %s) UNION ALL (SELECT {record_select} FROM django_workers_taskrecord t JOIN django_workers_taskwatcher v ON v.task_id = t.id WHERE v.user_id = %s{filters} ORDER BY t.created_at DESC, t.id DESC LIMIT %s)
+(
+    SELECT {record_select} FROM django_workers_taskrecord t
+    WHERE t.owner = %s{filters}
+    ORDER BY t.created_at DESC, t.id DESC LIMIT %s
+) UNION ALL (
+    SELECT {record_select} FROM django_workers_taskrecord t
+    JOIN django_workers_taskwatcher v ON v.task_id = t.id
+    WHERE v.user_id = %s{filters}
+    ORDER BY t.created_at DESC, t.id DESC LIMIT %s
+)
 
 -- name: read_workflows
 -- A page of workflows, newest first, each with what its status reads of its
 -- records. {filters}: " AND f.column = %s ..." and alternatives.
-SELECT {workflow_select} FROM django_workers_workflowrecord f WHERE TRUE{filters} ORDER BY f.created_at DESC, f.id DESC LIMIT %s OFFSET %s
+SELECT {workflow_select} FROM django_workers_workflowrecord f
+WHERE TRUE{filters}
+ORDER BY f.created_at DESC, f.id DESC LIMIT %s OFFSET %s
