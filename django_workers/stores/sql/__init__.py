@@ -27,119 +27,71 @@ decided in Python between a read and a write.
 from __future__ import annotations
 
 from django_workers.stores.sql.claim import (
-    CLAIM_FUNCTION as CLAIM_FUNCTION,
+    CLAIM_FUNCTION,
+    CLAIM_RECORDS_FUNCTION,
+    ClaimArgs,
+    any_ready,
+    claim_limited_postgres,
+    claim_postgres,
+    claim_sqlite,
 )
-from django_workers.stores.sql.claim import (
-    CLAIM_RECORDS_FUNCTION as CLAIM_RECORDS_FUNCTION,
-)
-from django_workers.stores.sql.claim import (
-    ClaimArgs as ClaimArgs,
-)
-from django_workers.stores.sql.claim import (
-    _claim as _claim,
-)
-from django_workers.stores.sql.claim import (
-    _claim_sql as _claim_sql,
-)
-from django_workers.stores.sql.claim import (
-    _limited_claim_sql as _limited_claim_sql,
-)
-from django_workers.stores.sql.claim import (
-    any_ready as any_ready,
-)
-from django_workers.stores.sql.claim import (
-    claim_limited_postgres as claim_limited_postgres,
-)
-from django_workers.stores.sql.claim import (
-    claim_postgres as claim_postgres,
-)
-from django_workers.stores.sql.claim import (
-    claim_sqlite as claim_sqlite,
-)
-from django_workers.stores.sql.columns import (
-    _COLUMNS as _COLUMNS,
-)
-from django_workers.stores.sql.columns import (
-    _FIELDS as _FIELDS,
-)
-from django_workers.stores.sql.columns import (
-    DATETIME_COLUMNS as DATETIME_COLUMNS,
-)
-from django_workers.stores.sql.columns import (
-    JSON_COLUMNS as JSON_COLUMNS,
-)
-from django_workers.stores.sql.columns import (
-    _target as _target,
-)
-from django_workers.stores.sql.cursor import (
-    kept_cursor as kept_cursor,
-)
-from django_workers.stores.sql.cursor import (
-    kept_fetch as kept_fetch,
-)
-from django_workers.stores.sql.cursor import (
-    psycopg_client_cursor as psycopg_client_cursor,
-)
-from django_workers.stores.sql.decode import (
-    NODE_COLUMNS as NODE_COLUMNS,
-)
-from django_workers.stores.sql.decode import (
-    WORKFLOW_COLUMNS as WORKFLOW_COLUMNS,
-)
-from django_workers.stores.sql.decode import (
-    _records as _records,
-)
-from django_workers.stores.sql.encode import (
-    _FRESH_LITERALS as _FRESH_LITERALS,
-)
+from django_workers.stores.sql.columns import DATETIME_COLUMNS, JSON_COLUMNS
+from django_workers.stores.sql.cursor import kept_cursor, kept_fetch, psycopg_client_cursor
+from django_workers.stores.sql.decode import NODE_COLUMNS, WORKFLOW_COLUMNS
 from django_workers.stores.sql.ends import (
-    END_FUNCTION as END_FUNCTION,
-)
-from django_workers.stores.sql.ends import (
-    commit_workflows_postgres as commit_workflows_postgres,
-)
-from django_workers.stores.sql.ends import (
-    finish_and_claim_postgres as finish_and_claim_postgres,
-)
-from django_workers.stores.sql.ends import (
-    finish_postgres as finish_postgres,
-)
-from django_workers.stores.sql.ends import (
-    lock_and_finish_postgres as lock_and_finish_postgres,
-)
-from django_workers.stores.sql.ends import (
-    rollback_postgres as rollback_postgres,
-)
-from django_workers.stores.sql.ends import (
-    save_workflow_postgres as save_workflow_postgres,
+    END_FUNCTION,
+    commit_workflows_postgres,
+    finish_and_claim_postgres,
+    finish_postgres,
+    lock_and_finish_postgres,
+    rollback_postgres,
+    save_workflow_postgres,
 )
 from django_workers.stores.sql.insert import (
-    COPY_MIN_ROWS as COPY_MIN_ROWS,
-)
-from django_workers.stores.sql.insert import (
-    INSERT_CHUNK as INSERT_CHUNK,
-)
-from django_workers.stores.sql.insert import (
-    INSERT_FUNCTION as INSERT_FUNCTION,
-)
-from django_workers.stores.sql.insert import (
-    copies as copies,
-)
-from django_workers.stores.sql.insert import (
-    insert_if_new as insert_if_new,
-)
-from django_workers.stores.sql.insert import (
-    insert_records as insert_records,
+    COPY_MIN_ROWS,
+    INSERT_CHUNK,
+    INSERT_FUNCTION,
+    copies,
+    insert_if_new,
+    insert_records,
 )
 from django_workers.stores.sql.reads import (
-    ONE_STATEMENT_READS as ONE_STATEMENT_READS,
+    ONE_STATEMENT_READS,
+    list_records,
+    read_record,
+    read_workflows,
 )
-from django_workers.stores.sql.reads import (
-    list_records as list_records,
-)
-from django_workers.stores.sql.reads import (
-    read_record as read_record,
-)
-from django_workers.stores.sql.reads import (
-    read_workflows as read_workflows,
-)
+
+__all__ = [
+    "CLAIM_FUNCTION",
+    "CLAIM_RECORDS_FUNCTION",
+    "COPY_MIN_ROWS",
+    "DATETIME_COLUMNS",
+    "END_FUNCTION",
+    "INSERT_CHUNK",
+    "INSERT_FUNCTION",
+    "JSON_COLUMNS",
+    "NODE_COLUMNS",
+    "ONE_STATEMENT_READS",
+    "WORKFLOW_COLUMNS",
+    "ClaimArgs",
+    "any_ready",
+    "claim_limited_postgres",
+    "claim_postgres",
+    "claim_sqlite",
+    "commit_workflows_postgres",
+    "copies",
+    "finish_and_claim_postgres",
+    "finish_postgres",
+    "insert_if_new",
+    "insert_records",
+    "kept_cursor",
+    "kept_fetch",
+    "list_records",
+    "lock_and_finish_postgres",
+    "psycopg_client_cursor",
+    "read_record",
+    "read_workflows",
+    "rollback_postgres",
+    "save_workflow_postgres",
+]
