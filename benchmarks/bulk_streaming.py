@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks import driver
     from benchmarks.run import settle_database
     from django_workers import api, submission
-    from django_workers.stores import default_store, rows, sql
+    from django_workers.stores import default_store, rows
+    from django_workers.stores.sql import columns
 
     if connection.vendor != "postgresql":
         parser.error("PostgreSQL only: set DATABASE_URL to a migrated benchmark database.")
@@ -78,11 +79,11 @@ def main(argv: list[str] | None = None) -> int:
         # The rows as ``driver.copy_raw`` writes them: every column's value, ready.
         news = submission.build_tasks(make(prefix, first), system, store)
         ready = [
-            [json.dumps(r[f]) if isinstance(r[f], list | dict) else r[f] for f in sql._FIELDS]
+            [json.dumps(r[f]) if isinstance(r[f], list | dict) else r[f] for f in columns._FIELDS]
             for r in map(rows.row_of, news)
         ]
-        statement = f"COPY {sql._target(connection.vendor, connection.ops.quote_name)[0]} "
-        statement += f"({', '.join(sql._COLUMNS)}) FROM STDIN"
+        statement = f"COPY {columns._target(connection.vendor, connection.ops.quote_name)[0]} "
+        statement += f"({', '.join(columns._COLUMNS)}) FROM STDIN"
 
         def write() -> None:
             with connection.cursor() as cursor, cursor.cursor.copy(statement) as copy:

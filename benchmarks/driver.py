@@ -156,7 +156,8 @@ def copy_raw(count: int, batch: int, arguments: bool = False) -> dict[str, Any]:
     """
     if connection.vendor != "postgresql":
         return {"unsupported": True}
-    from django_workers.stores import rows, sql
+    from django_workers.stores import rows
+    from django_workers.stores.sql import columns
     from django_workers.submission import build_task
 
     reset()
@@ -167,10 +168,10 @@ def copy_raw(count: int, batch: int, arguments: bool = False) -> dict[str, Any]:
         for i in range(count)
     ]
     values = [
-        [json.dumps(r[f]) if isinstance(r[f], list | dict) else r[f] for f in sql._FIELDS]
+        [json.dumps(r[f]) if isinstance(r[f], list | dict) else r[f] for f in columns._FIELDS]
         for r in records
     ]
-    statement = f"COPY {table} ({', '.join(sql._COLUMNS)}) FROM STDIN"
+    statement = f"COPY {table} ({', '.join(columns._COLUMNS)}) FROM STDIN"
     connection.ensure_connection()
     raw = connection.connection
     started = time.perf_counter()

@@ -31,6 +31,10 @@ from django_workers import (
 from django_workers.models import TaskRecord, TaskWatcher
 from django_workers.stores import rows, sql
 from django_workers.stores.database import WORKFLOW_COLUMNS, DatabaseWorkerStore
+from django_workers.stores.sql import claim as sql_claim
+from django_workers.stores.sql import columns as sql_columns
+from django_workers.stores.sql import cursor as kept
+from django_workers.stores.sql import decode, encode
 from django_workers.submission import build_task, build_tasks
 from django_workers.workflows import Workflow
 from tests.factories import NewTaskFactory, TaskRecordFactory, TaskWatcherFactory
@@ -253,15 +257,15 @@ def test_on_postgresql_the_claim_function_takes_what_the_claim_statement_takes(
             cursor.execute(*statement)
             # Named as the model's columns, then the watchers: a column added to the
             # table needs a new version of the claim records function.
-            assert [c.name for c in cursor.description][:-1] == sql._COLUMNS
-            claimed = sql._records(cursor.fetchall())
+            assert [c.name for c in cursor.description][:-1] == sql_columns._COLUMNS
+            claimed = decode._records(cursor.fetchall())
             transaction.set_rollback(True)
         return sorted(claimed, key=rows.claim_order)
 
-    call = sql._claim("w1", queues, 3, now)
+    call = sql_claim._claim("w1", queues, 3, now)
     assert sql.CLAIM_RECORDS_FUNCTION in call[0]
     through_function = claim(call)
-    assert through_function == claim(sql._claim_sql("w1", queues, 3, now))
+    assert through_function == claim(sql_claim._claim_sql("w1", queues, 3, now))
     assert [(r["queue"], r["priority"]) for r in through_function] == taken
     assert {r["status"] for r in through_function} == {TaskStatus.RUNNING.value}
     assert all(r["worker_id"] == "w1" and r["attempts"] == 1 for r in through_function)
@@ -273,7 +277,7 @@ def test_a_task_submitted_alone_has_the_fresh_columns_of_any_new_record(
 ) -> None:
     # The one-statement submit writes these columns as literals; they must be row_of's.
     task_id = submit_task("k", add, ALICE, args=[1, 2], store=db_store)
-    fresh = [*sql._FRESH_LITERALS, "status"]
+    fresh = [*encode._FRESH_LITERALS, "status"]
     stored = TaskRecord.objects.filter(pk=task_id).values(*fresh).get()
     new = build_task(TaskSubmission(key="k2", task=add), ALICE, db_store)
     assert stored == {name: rows.row_of(new)[name] for name in fresh}
@@ -357,7 +361,7 @@ def test_a_task_submitted_alone_is_stored_as_the_insert_of_a_batch_stores_it(
     batch = build_tasks([spec(f"copy-{n}") for n in range(sql.COPY_MIN_ROWS)], ALICE, db_store)
     sql.insert_records(connection, batch)
     varying = {"id", "key", "run_id", "created_at"}
-    columns = [f for f in sql._FIELDS if f not in varying]
+    columns = [f for f in sql_columns._FIELDS if f not in varying]
     stored = {r.pop("key"): r for r in TaskRecord.objects.values("key", *columns)}
     assert len(stored) == 2 + sql.COPY_MIN_ROWS
     assert all(row == stored["one"] for row in stored.values())
@@ -374,7 +378,7 @@ def test_without_client_side_binding_ends_and_their_refill_share_one_transaction
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Server-side binding runs one statement a call: the one-round-trip path steps aside.
-    monkeypatch.setattr(sql, "psycopg_client_cursor", lambda: type("NoCursor", (), {}))
+    monkeypatch.setattr(kept, "psycopg_client_cursor", lambda: type("NoCursor", (), {}))
     store = DatabaseWorkerStore()
     ids = [
         submit_task(f"t{i}", add, System(), args=[1, 2], scope="global", store=store)

@@ -28,6 +28,7 @@ from django_workers import clock
 from django_workers.models import TaskRecord
 from django_workers.stores import sql
 from django_workers.stores.database import DatabaseWorkerStore
+from django_workers.stores.sql import cursor as kept
 from django_workers.submission import MAX_PRIORITY, MIN_PRIORITY
 from tests.factories import NewTaskFactory
 
@@ -42,11 +43,11 @@ pytestmark = [
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """The psycopg cursors the store makes while the test runs, from no kept one."""
-    sql._KEPT.pop(connection, None)
-    sql._KEPT_BOUND.pop(connection, None)
+    kept._KEPT.pop(connection, None)
+    kept._KEPT_BOUND.pop(connection, None)
     cursors: list[Any] = []
     create = connection.create_cursor
-    bound = sql._server_bound_cursor
+    bound = kept._server_bound_cursor
 
     def spy(name: str | None = None) -> Any:
         cursors.append(create(name))
@@ -57,7 +58,7 @@ def made(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         return cursors[-1]
 
     monkeypatch.setattr(connection, "create_cursor", spy)
-    monkeypatch.setattr(sql, "_server_bound_cursor", spy_bound)
+    monkeypatch.setattr(kept, "_server_bound_cursor", spy_bound)
     return cursors
 
 
@@ -116,8 +117,8 @@ def test_where_django_binds_on_the_server_one_kept_cursor_serves(
     monkeypatch.setattr(connection.features, "uses_server_side_binding", True)
     submit(DatabaseWorkerStore())
     assert len(made) == 1
-    assert sql._KEPT[connection][1] is made[0]
-    assert connection not in sql._KEPT_BOUND
+    assert kept._KEPT[connection][1] is made[0]
+    assert connection not in kept._KEPT_BOUND
 
 
 @pytest.mark.parametrize("server_side", [False, True])
@@ -239,7 +240,7 @@ def test_each_thread_keeps_its_own(made: list[Any]) -> None:
         theirs = connections[DEFAULT_DB_ALIAS]
         try:
             submit(store)
-            assert sql._KEPT_BOUND[theirs][1] is not made[0]
+            assert kept._KEPT_BOUND[theirs][1] is not made[0]
         except BaseException as error:  # reported to the test's thread below
             errors.append(error)
         finally:

@@ -11,8 +11,9 @@ from django.db import connection, connections
 from django_workers import TaskStatus, clock
 from django_workers.info import TaskInfo
 from django_workers.lifecycle import run_end
-from django_workers.stores import WorkerStore, sql
+from django_workers.stores import WorkerStore
 from django_workers.stores.database import DatabaseWorkerStore
+from django_workers.stores.sql import claim as sql_claim
 from tests.factories import NewTaskFactory
 
 LIMITS = {"one": 1, "three": 3}
@@ -107,7 +108,7 @@ def test_a_limited_claim_is_planned_without_jit() -> None:
     """Its window's sort, priced out by the claim-order setting, once cost 360 ms of JIT."""
     if connection.vendor != "postgresql":
         pytest.skip("a PostgreSQL plan")
-    text, params, leading = sql._limited_claim_sql("w1", None, 10, clock.now(), LIMITS)
+    text, params, leading = sql_claim._limited_claim_sql("w1", None, 10, clock.now(), LIMITS)
     *before, claim = text.split(";\n")
     assert len(before) == leading
     # The lock rows' INSERT and lock take the queue names; the settings take nothing.

@@ -13,8 +13,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 
 from django_workers.exceptions import ArgumentsNotSerializable
 from django_workers.references import ids_and_names_json, to_json_text, to_sized_json
-from django_workers.stores import sql
 from django_workers.stores.rows import options_of
+from django_workers.stores.sql import copy, decode
 from tests.factories import NewTaskFactory
 
 
@@ -148,21 +148,21 @@ def test_anything_else_is_left_to_the_encoder(value: Any) -> None:
     ],
 )
 def test_a_columns_json_reads_as_json_loads_reads_it(text: str) -> None:
-    assert sql._json_value(text) == json.loads(text)
+    assert decode._json_value(text) == json.loads(text)
 
 
 def test_a_columns_invalid_json_raises_as_json_loads_does() -> None:
     for text in ("[1,", '{"a": 1} x', ""):
         with pytest.raises(json.JSONDecodeError):
-            sql._json_value(text)
+            decode._json_value(text)
 
 
 def test_decoded_options_are_shared_by_text_but_each_record_gets_its_own() -> None:
     text = '{"retries": 2, "timeout": 1.0}'
-    first, second = sql._options_value(text), sql._options_value(text)
+    first, second = decode._options_value(text), decode._options_value(text)
     assert first == second == {"retries": 2, "timeout": 1.0}
     first["retries"] = 99
-    assert sql._options_value(text)["retries"] == 2
+    assert decode._options_value(text)["retries"] == 2
 
 
 def test_options_equal_in_python_but_not_in_type_are_not_mixed_up() -> None:
@@ -193,6 +193,6 @@ def test_options_equal_in_python_but_not_in_type_are_not_mixed_up() -> None:
 )
 def test_a_copy_lines_creation_time_reads_back_as_the_record_holds_it(times: list[Any]) -> None:
     news = [NewTaskFactory(created_at=at) for at in times]
-    read = [dt.datetime.fromisoformat(line.split("\t")[3]) for line in sql._copy_lines(news)]
+    read = [dt.datetime.fromisoformat(line.split("\t")[3]) for line in copy._copy_lines(news)]
     assert read == times
     assert [r.tzinfo for r in read] == [t.tzinfo for t in times]

@@ -38,3 +38,14 @@ def test_the_classifiers_name_the_python_and_django_versions_in_use() -> None:
     assert python in classifiers
     assert f"Framework :: Django :: {django.VERSION[0]}.{django.VERSION[1]}" in classifiers
     assert (ROOT / "LICENSE").read_text().startswith("MIT License")
+
+
+def test_the_package_data_carries_the_sql_files() -> None:
+    # The statements are read from these files at import: a wheel without them cannot start.
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    globs = data["package-data"]["django_workers"]
+    package = ROOT / "django_workers"
+    shipped = {p for g in globs for p in package.glob(g)}
+    found = set((package / "stores" / "sql").rglob("*.sql"))
+    assert found
+    assert found <= shipped

@@ -1,0 +1,220 @@
+"""Claiming ready task records: one round trip on PostgreSQL, two statements on SQLite.
+
+The statements are in ``statements/``; what is built here is the part a call
+varies: the condition on the queues (none, one, or an IN list of any length),
+and which statements a limited claim sends before its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from django_workers.info import TaskStatus
+from django_workers.stores.sql.cursor import _statements_cursor, kept_fetch
+from django_workers.stores.sql.decode import _records, _sqlite_datetimes
+from django_workers.stores.sql.queries import statement
+
+#: The PostgreSQL function that claims for a worker from every queue or from one,
+#: returning the rows it took; the server plans its statement once per session.
+CLAIM_FUNCTION = "django_workers_claim"
+#: The PostgreSQL function that claims through ``CLAIM_FUNCTION`` and returns the rows
+#: as ``record_select`` selects them: the statement around the claim is planned once
+#: per session instead of at every claim.
+CLAIM_RECORDS_FUNCTION = "django_workers_claim_records"
+#: A claim's worker id, queues (None: every queue), most rows, and the time it claims at.
+ClaimArgs = tuple[str, Sequence[str] | None, int, datetime]
+
+_PG = "postgresql"
+_OWN_COMMIT = statement(_PG, "own_commit") + ";\n"
+
+
+def any_ready(connection: BaseDatabaseWrapper, queues: Sequence[str] | None, now: datetime) -> bool:
+    """Whether any task is ready to claim: the cheap read an idle poll makes."""
+    ready = statement(connection.vendor, "any_ready", queue_filter=_in_queues(queues))
+    params = [TaskStatus.PENDING.value, connection.ops.adapt_datetimefield_value(now)]
+    with connection.cursor() as cursor:
+        cursor.execute(ready, [*params, *(queues or ())])
+        return cursor.fetchone() is not None
+
+
+def _in_queues(queues: Sequence[str] | None) -> str:
+    """The condition on the queue as an IN list, one placeholder a queue."""
+    return f" AND queue IN ({', '.join(['%s'] * len(queues))})" if queues else ""
+
+
+def claim_postgres(
+    connection: BaseDatabaseWrapper,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    limit: int,
+    now: datetime,
+    *,
+    autocommit: bool,
+) -> list[dict[str, Any]]:
+    """Claim up to ``limit`` ready rows in one statement; rows come back as column dicts.
+
+    In ``autocommit`` (no caller's transaction open) the claim is a transaction of
+    its own, whose commit need not wait for the disk (``own_commit``). Inside a
+    caller's transaction that setting would outlive the claim, so it is left as it
+    is there. Every queue or one: a call of ``CLAIM_RECORDS_FUNCTION`` with its
+    values bound on the server. For queues with concurrency limits, see
+    ``claim_limited_postgres``.
+    """
+    sql, params = _claim(worker_id, queues, limit, now, own_commit=autocommit)
+    if autocommit and queues and len(queues) > 1:
+        with _statements_cursor(connection) as cursor:
+            if cursor is not None:
+                cursor.execute(_OWN_COMMIT + sql, params)
+                cursor.nextset()
+                return _records(cursor.fetchall())
+    return _records(kept_fetch(connection, sql, params))
+
+
+def claim_sqlite(
+    connection: BaseDatabaseWrapper,
+    worker_id: str,
+    queues: Sequence[str] | None,
+    limit: int,
+    now: datetime,
+) -> list[dict[str, Any]]:
+    """Claim up to ``limit`` ready rows on SQLite: two statements, no ORM query built.
+
+    One ``UPDATE ... RETURNING`` takes the ready rows in claim order and returns
+    their ids (SQLite has one writer, so the rows it reads as PENDING are the rows it
+    updates), then one read returns them with their watchers. For the caller's
+    transaction: the store's write transaction, which holds SQLite's write lock.
+    Building the ORM's three queries for each claim was most of a claim's time.
+    """
+    at = connection.ops.adapt_datetimefield_value(now)
+    update = statement("sqlite", "claim", queue_filter=_in_queues(queues))
+    params = [TaskStatus.RUNNING.value, worker_id, at, TaskStatus.PENDING.value, at]
+    with connection.cursor() as cursor:
+        cursor.execute(update, [*params, *(queues or ()), limit])
+        ids = [task_id for (task_id,) in cursor.fetchall()]
+        if not ids:
+            return []
+        read = statement("sqlite", "claimed_records", ids=", ".join(["%s"] * len(ids)))
+        cursor.execute(read, ids)
+        return _records(cursor.fetchall(), _sqlite_datetimes(connection))
+
+
+def claim_limited_postgres(
+    connection: BaseDatabaseWrapper, claim: ClaimArgs, limits: Mapping[str, int]
+) -> list[dict[str, Any]] | None:
+    """Claim with per-queue concurrency limits (``limits``: queue -> most RUNNING): one round trip.
+
+    For a connection in autocommit; ``own_commit`` and the statements of
+    ``_limited_claim_sql`` go as one simple query, one transaction. Returns the
+    claimed rows, or None where the cursor binds parameters on the server (one
+    statement a call; nothing is sent).
+    """
+    sql, params, leading = _limited_claim_sql(*claim, limits)
+    with _statements_cursor(connection) as cursor:
+        if cursor is None:
+            return None
+        cursor.execute(_OWN_COMMIT + sql, params)
+        for _ in range(leading + 1):
+            cursor.nextset()
+        return _records(cursor.fetchall())
+
+
+def _limited_claim_sql(
+    worker_id: str,
+    queues: Sequence[str] | None,
+    limit: int,
+    now: datetime,
+    limits: Mapping[str, int],
+) -> tuple[str, list[Any], int]:
+    """A claim within queue limits: its statements, their parameters, the results before its own.
+
+    First the limited queues' lock rows are made if missing and locked in name
+    order, as every claimer of those queues takes them (the ORM's claim too).
+    Then JIT and, for every queue or one, sorting are turned off for the
+    transaction, and the claim runs as a statement of its own (``limited_claim``).
+    """
+    names = sorted(limits)
+    sent = [
+        statement(_PG, "make_queue_locks"),
+        statement(_PG, "lock_queues"),
+        statement(_PG, "no_jit"),
+        *_ordered_claim(queues),
+        statement(_PG, "limited_claim", queue_filter=_queue_filter(queues)),
+    ]
+    params: list[Any] = [
+        names,
+        names,
+        TaskStatus.RUNNING.value,
+        names,
+        names,
+        names,
+        [limits[name] for name in names],
+        TaskStatus.RUNNING.value,
+        worker_id,
+        now,
+        TaskStatus.PENDING.value,
+        now,
+        *_queue_params(queues),
+        limit,
+    ]
+    return ";\n".join(sent), params, len(sent) - 1
+
+
+def _claim_sql(
+    worker_id: str, queues: Sequence[str] | None, limit: int, now: datetime
+) -> tuple[str, list[Any]]:
+    """The claim as one ``UPDATE``, which the planner sees whole (``claim``)."""
+    sql = statement(_PG, "claim", queue_filter=_queue_filter(queues))
+    params: list[Any] = [TaskStatus.RUNNING.value, worker_id, now, TaskStatus.PENDING.value, now]
+    return sql, [*params, *_queue_params(queues), limit]
+
+
+def _claim(
+    worker_id: str,
+    queues: Sequence[str] | None,
+    limit: int,
+    now: datetime,
+    own_commit: bool = False,
+) -> tuple[str, list[Any]]:
+    """A claim of queues without limits: one statement, its rows as ``record_select``'s.
+
+    Every queue or one: a call of ``CLAIM_RECORDS_FUNCTION``, which claims through
+    ``CLAIM_FUNCTION`` (the rows in claim order from the PENDING index, sorting off)
+    and, with ``own_commit``, lets the claim's own transaction commit without
+    waiting for the disk. Several queues have no index in that order:
+    ``_claim_sql``'s statement, which the planner sees whole (``own_commit`` is then
+    the caller's to send).
+    """
+    if queues and len(queues) > 1:
+        return _claim_sql(worker_id, queues, limit, now)
+    sql = statement(_PG, "claim_records")
+    return sql, [worker_id, now, limit, queues[0] if queues else None, own_commit]
+
+
+def _queue_filter(queues: Sequence[str] | None) -> str:
+    """The claim's condition on the queue (one queue as an equality: its index is in order)."""
+    if not queues:
+        return ""
+    return "AND queue = %s" if len(queues) == 1 else "AND queue = ANY(%s)"
+
+
+def _queue_params(queues: Sequence[str] | None) -> list[Any]:
+    """The parameter of ``_queue_filter``'s condition, if it has one."""
+    if not queues:
+        return []
+    return [queues[0] if len(queues) == 1 else list(queues)]
+
+
+def _ordered_claim(queues: Sequence[str] | None) -> list[str]:
+    """What to send before a limited claim for its rows to come in index order.
+
+    Sorting off (``ordered_claim``) for every queue or one; several queues have
+    no index in claim order, so they are left to the planner. (``CLAIM_FUNCTION``
+    turns sorting off for its own statement.)
+    """
+    if queues and len(queues) > 1:
+        return []
+    return [statement(_PG, "ordered_claim")]
