@@ -481,9 +481,12 @@ class WorkerRuntime:
         """Hand a claimed run to a thread; ``slot_held``: its slot is counted already."""
         handle = RunHandle(info, self.store, self.worker_id, self.context_factory)
         with self._lock:
-            # A run executing here whose claim the database lost (see ``_OWN_COMMIT`` in
-            # stores.sql) and this claim made again: the record is that run's once more.
-            again = info.run_id in self._active
+            # A run executing here whose claim the database lost (see ``own_commit`` in
+            # the PostgreSQL statements) and this claim made again: the record is that
+            # run's once more. A retry keeps its run id too, but its claim counts the next
+            # attempt: that is a new attempt, even while the last one's bookkeeping lags.
+            executing = self._active.get(info.run_id)
+            again = executing is not None and executing.info.attempts >= info.attempts
             if again:
                 if slot_held:
                     self._busy -= 1  # the refill's slot is free after all

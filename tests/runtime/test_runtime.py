@@ -241,6 +241,32 @@ def test_a_task_that_keeps_failing_ends_failed_after_its_retries(
     assert (info.attempts, tasks.calls[name]) == (3, 3)
 
 
+def test_a_retry_claimed_before_its_last_attempt_is_forgotten_runs_as_a_new_attempt(
+    tx_store: WorkerStore, runtimes: Start, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    served = runtimes(tx_store, concurrency=2)
+    runtime = served.runtime
+    second_attempt = threading.Event()
+    forget = runtime._release
+
+    def slow_release(*handles: RunHandle, kept: int = 0) -> None:
+        # The first attempt's bookkeeping lags until the retry has been claimed and run:
+        # a retry keeps its run id, and a free slot claims it meanwhile.
+        if any(h.info.attempts == 1 for h in handles):
+            second_attempt.wait(10)
+        forget(*handles, kept=kept)
+
+    runtime._release = slow_release  # type: ignore[method-assign]
+    options = TaskOptions(retries=1, retry_backoff=0.01)
+    task_id = submit(tx_store, "retried", tasks.fail_counting, args=[name], options=options)
+    wait_until(lambda: tasks.calls[name] == 2, timeout=8)
+    second_attempt.set()
+    info = wait_for_status(tx_store, task_id, FAILED)
+    assert (info.attempts, tasks.calls[name]) == (2, 2)
+    assert "was claimed again while its run" not in caplog.text
+    wait_until(idle(served))
+
+
 def test_backoff_is_exponential_and_capped_with_jitter_below_it() -> None:
     options = TaskOptions(retry_backoff=1.0, retry_backoff_max=5.0, retry_jitter=False)
     assert [backoff(options, n) for n in range(1, 6)] == [1.0, 2.0, 4.0, 5.0, 5.0]
