@@ -85,10 +85,10 @@ def summarize(raw: Path, top: int) -> str:
 
 #: The runtime's thread loops, and how the wall-clock summary names them.
 LOOPS = (
-    ("claim loop", "WorkerRuntime._claim_loop"),
-    ("finisher", "WorkerRuntime._finisher_loop"),
+    ("claim loop", "Claiming._claim_loop"),
+    ("finisher", "Ending._finisher_loop"),
     ("run threads", "WorkerRuntime._run_loop"),
-    ("housekeeping", "WorkerRuntime._housekeeping_loop"),
+    ("housekeeping", "Housekeeping._housekeeping_loop"),
     ("listener", "Listener._loop"),
 )
 

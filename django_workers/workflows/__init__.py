@@ -16,7 +16,7 @@ from django_workers.exceptions import (
     WorkflowExists,
     WorkflowNotFound,
 )
-from django_workers.workflows.builder import Workflow, WorkflowNode, WorkflowPlan
+from django_workers.workflows.builder import Workflow, WorkflowNode
 from django_workers.workflows.handles import (
     WorkflowHandle,
     cancel_workflow,
@@ -24,6 +24,7 @@ from django_workers.workflows.handles import (
     get_workflow_status,
     open_workflow,
 )
+from django_workers.workflows.plan import WorkflowPlan
 
 __all__ = [
     "InvalidWorkflow",
