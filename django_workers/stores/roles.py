@@ -188,10 +188,8 @@ class RunQueue(Protocol):
         A worker's finished runs and the claim that refills their slots: the ends
         are written first, so the worker never holds more RUNNING records than
         slots. A store may do both in one transaction (one commit): then a failure
-        stores neither and raises, and the caller retries the ends alone. This one
-        does them one after the other: the ends are stored even when the claim
-        fails, whose error is not raised (nothing is claimed then; the worker's
-        claim loop claims later).
+        stores neither and raises, and the caller retries the ends alone.
+        ``WorkerStore`` gives the one-after-the-other default.
         """
 
     @abc.abstractmethod
