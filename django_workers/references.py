@@ -120,6 +120,9 @@ def resolve(path: str) -> Callable[..., Any] | Task:
     TaskNotAllowed, before anything is imported, for a path outside the modules
     tasks may live in; and after, for one that names no task of those modules.
     """
+    known = _allowed_targets.get(path) if isinstance(path, str) else None
+    if known is not None and _import(path) is known:
+        return known  # every run resolves its task: the verdict on a path is kept
     _check_path(path)
     module = path.rpartition(".")[0]
     if not module_allowed(module):
@@ -145,7 +148,17 @@ def resolve(path: str) -> Callable[..., Any] | Task:
             "function defined in an installed app or TASK_MODULES. Submit the function where "
             "it is defined, or declare it with @django_workers.task there."
         )
+    if len(_allowed_targets) >= _ALLOWED_TARGETS_MAX:
+        _allowed_targets.clear()
+    _allowed_targets[path] = target
     return target
+
+
+#: Paths ``resolve`` allowed, with what each imported to: a path whose import still
+#: gives that object is allowed again without its checks. Cleared when the settings
+#: that decide it change, and when full (a site has far fewer task paths).
+_allowed_targets: dict[str, Callable[..., Any] | Task] = {}
+_ALLOWED_TARGETS_MAX = 4096
 
 
 #: Installed apps whose plain functions are no tasks: Django's own and this app's. Their
@@ -201,6 +214,7 @@ def _forget_task_prefixes(*, setting: str, **kwargs: Any) -> None:
         module_allowed.cache_clear()
         functions_are_tasks.cache_clear()
         _cached_task_reference.cache_clear()
+        _allowed_targets.clear()
 
 
 #: Shows a refused value in a message without repeating all of a long one.

@@ -8,8 +8,8 @@ authority, so a task or workflow the caller may not see is ``TaskNotFound`` or
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, cast
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import exceptions as drf
@@ -185,8 +185,8 @@ class WorkersAPIView(APIView):
 
     def get_authenticators(self) -> list[BaseAuthentication]:
         # The site's DRF settings as they are now, not as they were when this module loaded.
-        classes = api_settings.DEFAULT_AUTHENTICATION_CLASSES
-        return [cast(type[BaseAuthentication], authenticator)() for authenticator in classes]
+        classes: Sequence[type[BaseAuthentication]] = api_settings.DEFAULT_AUTHENTICATION_CLASSES
+        return [authenticator() for authenticator in classes]
 
     def get_exception_handler(self) -> Any:
         return exception_handler

@@ -224,6 +224,15 @@ def test_task_modules_may_still_name_a_module_of_those_packages() -> None:
         resolve("django.contrib.auth.hashers.make_password")  # forgotten with the setting
 
 
+def test_a_path_allowed_once_is_judged_again_when_it_imports_something_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert resolve("tests.tasks.add") is tasks.add
+    monkeypatch.setattr(tasks, "add", subprocess.getoutput)
+    with pytest.raises(TaskNotAllowed, match="from 'subprocess', which is no task"):
+        resolve("tests.tasks.add")
+
+
 def test_tasks_functions_and_django_tasks_of_an_app_resolve() -> None:
     assert resolve("tests.tasks.add") is tasks.add
     assert resolve("tests.tasks.django_add") is tasks.django_add
