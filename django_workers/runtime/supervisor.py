@@ -45,7 +45,7 @@ def _child_main(options: dict[str, Any], index: int = 0) -> None:
     import django
 
     django.setup()
-    from django_workers.checks import workers_databases
+    from django_workers.database_checks import workers_databases
     from django_workers.runtime.process import (
         SAME_STOP_WINDOW,
         bound_connect_timeouts,

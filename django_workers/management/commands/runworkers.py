@@ -23,8 +23,8 @@ from django.db import DatabaseError, connections
 
 import django_workers
 from django_workers.backends import context_of
-from django_workers.checks import missing_tables, workers_databases
 from django_workers.conf import queue_limits, workers_settings
+from django_workers.database_checks import missing_tables, workers_databases
 from django_workers.management.arguments import port, positive_int, queue_list, seconds
 from django_workers.notices import CHANNEL
 from django_workers.runtime.outage import backoff_delay, unreachable

@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django_workers import operations
 from django_workers.api import cancel_task, get_all_tasks, get_task_status
 from django_workers.authority import Authority, System
-from django_workers.checks import missing_tables
+from django_workers.database_checks import missing_tables
 from django_workers.exceptions import (
     InvalidTaskKey,
     TaskAlreadyFinished,
