@@ -24,7 +24,7 @@ from django_workers.options import TaskOptions
 from django_workers.references import resolve
 
 #: The keys a DJANGO_WORKERS["QUEUES"] entry may have.
-QUEUE_KEYS = frozenset({"concurrency"})
+QUEUE_KEYS = frozenset({"concurrency", "fair", "per_owner"})
 
 #: What RETENTION may name: the finished statuses, and ended workflows.
 RETENTION_STATUSES = ("COMPLETED", "FAILED", "CANCELLED", "WORKFLOWS")
@@ -304,14 +304,44 @@ def _queues() -> list[CheckMessage]:
                     f"{limit!r}."
                 )
             )
+        errors.extend(_fairness(where, conf))
     return errors
+
+
+def _fairness(where: str, conf: dict[Any, Any]) -> list[CheckMessage]:
+    fair = conf.get("fair", False)
+    if not isinstance(fair, bool):
+        return [_queue_error(f"{where}['fair'] must be True or False, got {fair!r}.")]
+    per_owner = conf.get("per_owner")
+    if per_owner is None:
+        return []
+    if not (
+        isinstance(per_owner, int)
+        and not isinstance(per_owner, bool)
+        and 1 <= per_owner <= CONCURRENCY_MAX
+    ):
+        return [
+            _queue_error(
+                f"{where}['per_owner'] must be an int from 1 to {CONCURRENCY_MAX}, got "
+                f"{per_owner!r}."
+            )
+        ]
+    if not fair:
+        return [
+            _queue_error(
+                f"{where} has 'per_owner' but is not fair: the per-owner limit applies to a "
+                "fair queue only. Add \"fair\": True, or remove 'per_owner'."
+            )
+        ]
+    return []
 
 
 def _queue_error(message: str) -> Error:
     return Error(
         message,
         hint='Map queue names to settings, e.g. {"reports": {"concurrency": 1}}; use 1 for a '
-        "sequential queue, or leave concurrency out for no limit.",
+        "sequential queue, or leave concurrency out for no limit. A fair queue: "
+        '{"exports": {"fair": True, "per_owner": 2}}.',
         id="django_workers.E002",
     )
 

@@ -116,6 +116,23 @@ def queue_limits() -> dict[str, int]:
     }
 
 
+def fair_queues() -> dict[str, int | None]:
+    """Queues claimed fairly across owners (``"fair": True``): name -> per-owner limit or None."""
+    queues = workers_settings.QUEUES
+    if not isinstance(queues, dict):
+        return {}
+    return {
+        name: conf["per_owner"] if _is_positive_int(conf.get("per_owner")) else None
+        for name, conf in queues.items()
+        if isinstance(conf, dict) and conf.get("fair") is True
+    }
+
+
+def served_fair(queues: Sequence[str] | None) -> dict[str, int | None]:
+    """The fair queues (``fair_queues()``) among the queues served (None: every queue)."""
+    return {q: n for q, n in fair_queues().items() if not queues or q in queues}
+
+
 def served_limits(queues: Sequence[str] | None, limits: Mapping[str, int] | None) -> dict[str, int]:
     """The concurrency limits (``queue_limits()``) of the queues served (None: every queue)."""
     return {q: n for q, n in (limits or {}).items() if not queues or q in queues}

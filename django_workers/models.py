@@ -154,6 +154,13 @@ class TaskRecord(models.Model):
                 name="workers_task_pending_queue",
                 condition=Q(status=TaskStatus.PENDING),
             ),
+            # A fair queue's owners and each one's next tasks. Users' tasks only, so a
+            # site that queues global tasks alone never writes it.
+            models.Index(
+                fields=("status", "queue", "owner", *CLAIM_ORDER),
+                name="workers_task_pending_owner",
+                condition=Q(status=TaskStatus.PENDING, owner__isnull=False),
+            ),
             # Listing an owner's tasks newest first. Like the two below, it holds only
             # the rows its queries can ask for, so a write of any other row (a global
             # task's, a plain task's, an unfinished one's) costs it nothing: every

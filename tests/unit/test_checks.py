@@ -37,6 +37,9 @@ def test_the_test_settings_pass() -> None:
         ({"QUEUES": {"reports": {"concurrency": "2"}}}, "django_workers.E002"),
         ({"QUEUES": {"reports": {"concurrency": True}}}, "django_workers.E002"),
         ({"QUEUES": {"reports": {"concurency": 1}}}, "django_workers.E008"),
+        ({"QUEUES": {"exports": {"fair": "yes"}}}, "django_workers.E002"),
+        ({"QUEUES": {"exports": {"fair": True, "per_owner": 0}}}, "django_workers.E002"),
+        ({"QUEUES": {"exports": {"per_owner": 2}}}, "django_workers.E002"),
         ({"HEARTBEAT_INTERVAL": 20, "LEASE_TIMEOUT": 30}, "django_workers.E003"),
         ({"STORE": 3}, "django_workers.E001"),
         ({"CONCURRENCY": 8}, "django_workers.E005"),
@@ -92,6 +95,7 @@ def test_a_bad_setting_is_an_error(setting: dict, expected: str) -> None:
     "setting",
     [
         {"QUEUES": {"reports": {"concurrency": 2}}, "ONLY_LISTED_QUEUES": True},
+        {"QUEUES": {"exports": {"fair": True, "per_owner": 2, "concurrency": 8}}},
         {"RETENTION": {"FAILED": None}, "POLL_INTERVAL": 1, "ARGS_MAX_BYTES": 10},
     ],
 )

@@ -17,7 +17,7 @@ from django.db.models.functions import Coalesce, Greatest
 
 from django_workers import clock
 from django_workers.cancellation import CancelReason
-from django_workers.conf import served_limits
+from django_workers.conf import served_fair, served_limits
 from django_workers.engine import persistence
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
@@ -32,6 +32,7 @@ from django_workers.stores.database.access import (
 )
 from django_workers.stores.database.book import Book
 from django_workers.stores.database.ends import EndWriter, end_writer
+from django_workers.stores.fairness import fair_pick, merged
 
 
 class DatabaseRunQueue(DatabaseAccess):
@@ -60,14 +61,15 @@ class DatabaseRunQueue(DatabaseAccess):
         if limit <= 0:
             return []
         limits = served_limits(queues, queue_limits) if queue_limits else None
+        fair = served_fair(queues)
         connection = connections[self.using]
-        if not limits and connection.vendor == "postgresql":
+        if not limits and not fair and connection.vendor == "postgresql":
             # The wake-up's path: one statement, no writer lock (SQLite's alone).
             found = sql.claim_postgres(
                 connection, worker_id, queues, limit, now, autocommit=_in_autocommit(connection)
             )
             return _claimed(found)
-        return self._claim_other(worker_id, queues, limit, now, queue_limits, limits or {})
+        return self._claim_other(worker_id, queues, limit, now, queue_limits, limits or {}, fair)
 
     @_one_writer
     def _claim_other(
@@ -78,35 +80,39 @@ class DatabaseRunQueue(DatabaseAccess):
         now: datetime,
         queue_limits: Mapping[str, int] | None,
         limits: dict[str, int],
+        fair: Mapping[str, int | None],
     ) -> list[TaskInfo]:
-        """``claim`` on SQLite and MariaDB, and of queues with limits (the writer lock held)."""
+        """``claim`` on SQLite and MariaDB, and of limited or fair queues (the writer lock held)."""
         if not sql.any_ready(connections[self.using], queues, now):
             # A plain read first: an idle poll takes no lock and writes nothing (and on
             # SQLite does not take its one write lock).
             return []
-        if self.vendor == "sqlite" and not limits:
+        if self.vendor == "sqlite" and not limits and not fair:
             with self._atomic():
                 found = sql.claim_sqlite(connections[self.using], worker_id, queues, limit, now)
             return _claimed(found)
-        if self.vendor == "postgresql" and self._autocommit():
+        if self.vendor == "postgresql" and not fair and self._autocommit():
             claimed_rows = sql.claim_limited_postgres(
                 connections[self.using], (worker_id, queues, limit, now), limits
             )
             if claimed_rows is not None:
                 return _claimed(claimed_rows)
-        self._make_queue_locks(limits)
+        self._make_queue_locks(sorted({*limits, *fair}))
         with self._atomic():
-            free = self._lock_limited_queues(queues, queue_limits or {})
+            free = self._lock_limited_queues(queues, queue_limits or {}, fair)
             # Stamped after the queue locks: a sequential queue's next run starts after
             # the previous one's end was written.
             now = max(now, clock.now())
             ready = self._records().ready(list(queues) if queues else None, now)
             full = [name for name, slots in free.items() if slots <= 0]
-            if full:
-                ready = ready.exclude(queue__in=full)
+            if full or fair:
+                ready = ready.exclude(queue__in=[*full, *fair])
             if connections[self.using].features.has_select_for_update_skip_locked:
                 ready = ready.select_for_update(skip_locked=True)
-            ids = _within_limits(list(ready.values_list("id", "queue")[:limit]), free)
+            candidates = list(ready.values("id", "queue", "priority", "created_at")[:limit])
+            if fair:
+                candidates = self._with_fair_queues(candidates, fair, free, limit, now)
+            ids = _within_limits([(c["id"], c["queue"]) for c in candidates], free)[:limit]
             if not ids:
                 return []
             self._records().filter(pk__in=ids, status=TaskStatus.PENDING).update(
@@ -128,7 +134,27 @@ class DatabaseRunQueue(DatabaseAccess):
         claimed.sort(key=rows.claim_order)
         return self._infos(claimed)
 
-    def _make_queue_locks(self, limits: Mapping[str, int]) -> None:
+    def _with_fair_queues(
+        self,
+        candidates: list[dict[str, Any]],
+        fair: Mapping[str, int | None],
+        free: Mapping[str, int],
+        limit: int,
+        now: datetime,
+    ) -> list[Any]:
+        """The other queues' ``candidates`` merged with each fair queue's, taken in turns."""
+        picks = []
+        for queue, per_owner in sorted(fair.items()):
+            slots = min(limit, free.get(queue, limit))
+            if slots <= 0:
+                continue
+            found, running = sql.fair_candidates(
+                connections[self.using], queue, now, slots, per_owner
+            )
+            picks.append(fair_pick(found, running, slots, per_owner))
+        return merged([candidates, *picks])
+
+    def _make_queue_locks(self, limits: Sequence[str]) -> None:
         """Create the lock rows of limited queues that have none, before the claim's transaction.
 
         Outside it (in autocommit) where it can be: on MariaDB and MySQL, claimers that
@@ -140,15 +166,25 @@ class DatabaseRunQueue(DatabaseAccess):
             locks.bulk_create([QueueLock(name=q) for q in sorted(limits)], ignore_conflicts=True)
 
     def _lock_limited_queues(
-        self, queues: Sequence[str] | None, queue_limits: Mapping[str, int]
+        self,
+        queues: Sequence[str] | None,
+        queue_limits: Mapping[str, int],
+        fair: Mapping[str, int | None] | None = None,
     ) -> dict[str, int]:
-        """Lock the rows of the limited queues served and return their free slots."""
+        """Lock the rows of the limited and fair queues served; the limited ones' free slots.
+
+        A fair queue's claimers take turns on its lock row, so each counts what the one
+        before it claimed.
+        """
         limited = sorted(q for q in queue_limits if not queues or q in queues)
-        if not limited:
+        locked = sorted({*limited, *(fair or ())})
+        if not locked:
             return {}
         locks = QueueLock.objects.using(self.using)
         # Locked in name order, so two claimers never wait on each other in a cycle.
-        list(locks.select_for_update().filter(name__in=limited).order_by("name"))
+        list(locks.select_for_update().filter(name__in=locked).order_by("name"))
+        if not limited:
+            return {}
         running = (
             self._records()
             .filter(status=TaskStatus.RUNNING, queue__in=limited)
@@ -187,7 +223,7 @@ class DatabaseRunQueue(DatabaseAccess):
         queue_limits: Mapping[str, int] | None = None,
     ) -> tuple[list[bool], list[TaskInfo]]:
         limits = served_limits(queues, queue_limits)
-        if limit > 0:
+        if limit > 0 and not served_fair(queues):
             written = self._ends().end_and_claim(ends, (worker_id, queues, limit, now), limits)
             if written is not None:
                 won, claimed = written

@@ -9,11 +9,13 @@ from typing import Any
 
 from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
+from django_workers.conf import served_fair
 from django_workers.engine import persistence
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 from django_workers.stores import rows
 from django_workers.stores.base import NewTask
+from django_workers.stores.fairness import fair_pick, merged
 from django_workers.stores.memory.state import MemoryState
 
 
@@ -40,6 +42,9 @@ class MemoryRunQueue(MemoryState):
                 ),
                 key=rows.claim_order,
             )
+            fair = served_fair(queues)
+            if fair:
+                ready = self._fair_order(ready, fair, limit)
             claimed: list[TaskInfo] = []
             for row in ready:
                 if len(claimed) >= limit:
@@ -56,6 +61,21 @@ class MemoryRunQueue(MemoryState):
                 )
                 claimed.append(self._info(row))
             return claimed
+
+    def _fair_order(
+        self, ready: list[dict[str, Any]], fair: Mapping[str, int | None], limit: int
+    ) -> list[Any]:
+        """``ready`` (in claim order) with each fair queue's rows in their turns instead."""
+        plain = [row for row in ready if row["queue"] not in fair]
+        picks = []
+        for queue, per_owner in fair.items():
+            running: dict[str | None, int] = {}
+            for row in self._rows.values():
+                if row["status"] == TaskStatus.RUNNING and row["queue"] == queue:
+                    running[row["owner"]] = running.get(row["owner"], 0) + 1
+            candidates = [row for row in ready if row["queue"] == queue]
+            picks.append(fair_pick(candidates, running, limit, per_owner))
+        return merged([plain, *picks])
 
     def _free_slots(self, queue_limits: Mapping[str, int]) -> dict[str, int]:
         free = dict(queue_limits)

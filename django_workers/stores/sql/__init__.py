@@ -34,6 +34,7 @@ from django_workers.stores.sql.claim import (
     claim_limited_postgres,
     claim_postgres,
     claim_sqlite,
+    fair_candidates,
 )
 from django_workers.stores.sql.columns import DATETIME_COLUMNS, JSON_COLUMNS
 from django_workers.stores.sql.cursor import kept_cursor, kept_fetch, psycopg_client_cursor
@@ -81,6 +82,7 @@ __all__ = [
     "claim_sqlite",
     "commit_workflows_postgres",
     "copies",
+    "fair_candidates",
     "finish_and_claim_postgres",
     "finish_postgres",
     "insert_if_new",

@@ -218,3 +218,49 @@ def _ordered_claim(queues: Sequence[str] | None) -> list[str]:
     if queues and len(queues) > 1:
         return []
     return [statement(_PG, "ordered_claim")]
+
+
+#: Owners whose first tasks one statement of ``fair_candidates`` reads.
+FAIR_BRANCHES = 100
+
+
+def fair_candidates(
+    connection: BaseDatabaseWrapper, queue: str, now: datetime, slots: int, per_owner: int | None
+) -> tuple[list[dict[str, Any]], dict[str | None, int]]:
+    """A fair queue's candidates (each owner's first ready tasks) and its RUNNING by owner.
+
+    Reads only: the caller holds the queue's lock row, and its UPDATE keeps the
+    condition that each row is still PENDING. Each owner's rows come from an index
+    range in claim order, at most ``slots`` (and no more than ``per_owner`` allows),
+    whatever the owner has queued.
+    """
+    pending, running_status = TaskStatus.PENDING.value, TaskStatus.RUNNING.value
+    at = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(statement(connection.vendor, "fair_running"), [running_status, queue])
+        running: dict[str | None, int] = {owner: n for owner, n in cursor.fetchall()}
+        cursor.execute(
+            statement(connection.vendor, "fair_owners"), [pending, queue, pending, queue]
+        )
+        owners: list[str | None] = [None, *(owner for (owner,) in cursor.fetchall())]
+        wanted = []
+        for owner in owners:
+            take = slots if per_owner is None else min(slots, per_owner - running.get(owner, 0))
+            if take > 0:
+                wanted.append((owner, take))
+        found: list[dict[str, Any]] = []
+        columns = ("id", "owner", "priority", "created_at", "queue")
+        for first in range(0, len(wanted), FAIR_BRANCHES):
+            branches, params = [], []
+            for n, (owner, take) in enumerate(wanted[first : first + FAIR_BRANCHES]):
+                where = "owner IS NULL" if owner is None else "owner = %s"
+                branches.append(statement(connection.vendor, "fair_heads", owner=where, n=str(n)))
+                params += [pending, queue, *([] if owner is None else [owner]), at, take]
+            cursor.execute("\nUNION ALL\n".join(branches), params)
+            found += [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+    # As the ORM reads them (aware), so they sort with the other queues' candidates.
+    convert = getattr(connection.ops, "convert_datetimefield_value", None)
+    if convert is not None:
+        for row in found:
+            row["created_at"] = convert(row["created_at"], None, connection)
+    return found, running

@@ -10,3 +10,40 @@
 SELECT 1 FROM django_workers_taskrecord
 WHERE status = %s AND (run_after IS NULL OR run_after <= %s){queue_filter}
 LIMIT 1
+
+
+-- name: fair_owners
+-- The owners of a queue's PENDING tasks, each once, in owner order: a loose scan
+-- of the workers_task_pending_owner index, one probe an owner however many tasks
+-- each has queued. Global tasks (owner NULL) are not among them.
+WITH RECURSIVE owners (owner) AS (
+    SELECT MIN(owner) FROM django_workers_taskrecord
+    WHERE status = %s AND queue = %s AND owner IS NOT NULL
+    UNION ALL
+    SELECT (
+        SELECT MIN(r.owner) FROM django_workers_taskrecord r
+        WHERE r.status = %s AND r.queue = %s AND r.owner > owners.owner
+    )
+    FROM owners WHERE owners.owner IS NOT NULL
+)
+SELECT owner FROM owners WHERE owner IS NOT NULL
+
+
+-- name: fair_running
+-- A queue's RUNNING tasks by owner (the workers_task_running index).
+SELECT owner, COUNT(*) FROM django_workers_taskrecord
+WHERE status = %s AND queue = %s
+GROUP BY owner
+
+
+-- name: fair_heads
+-- One owner's first ready tasks in claim order (the workers_task_pending_owner
+-- index), as one branch of a UNION ALL. {owner}: "owner = %s" or "owner IS NULL";
+-- {n}: the branch's number.
+SELECT * FROM (
+    SELECT id, owner, priority, created_at, queue FROM django_workers_taskrecord
+    WHERE status = %s AND queue = %s AND {owner}
+        AND (run_after IS NULL OR run_after <= %s)
+    ORDER BY priority DESC, created_at, id
+    LIMIT %s
+) AS owner{n}
