@@ -14,6 +14,8 @@ CALL_HOLES = {
     "ids": "%s",
     "columns": "id",
     "assignments": "state = %s",
+    "owner": "owner = %s",
+    "n": "0",
 }
 
 

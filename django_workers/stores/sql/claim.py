@@ -229,19 +229,19 @@ def fair_candidates(
 ) -> tuple[list[dict[str, Any]], dict[str | None, int]]:
     """A fair queue's candidates (each owner's first ready tasks) and its RUNNING by owner.
 
+    The statuses are in the statements' text, not parameters, so that a plan the
+    server keeps for them still uses the partial indexes.
+
     Reads only: the caller holds the queue's lock row, and its UPDATE keeps the
     condition that each row is still PENDING. Each owner's rows come from an index
     range in claim order, at most ``slots`` (and no more than ``per_owner`` allows),
     whatever the owner has queued.
     """
-    pending, running_status = TaskStatus.PENDING.value, TaskStatus.RUNNING.value
     at = connection.ops.adapt_datetimefield_value(now)
     with connection.cursor() as cursor:
-        cursor.execute(statement(connection.vendor, "fair_running"), [running_status, queue])
+        cursor.execute(statement(connection.vendor, "fair_running"), [queue])
         running: dict[str | None, int] = {owner: n for owner, n in cursor.fetchall()}
-        cursor.execute(
-            statement(connection.vendor, "fair_owners"), [pending, queue, pending, queue]
-        )
+        cursor.execute(statement(connection.vendor, "fair_owners"), [queue, queue])
         owners: list[str | None] = [None, *(owner for (owner,) in cursor.fetchall())]
         wanted = []
         for owner in owners:
@@ -255,7 +255,7 @@ def fair_candidates(
             for n, (owner, take) in enumerate(wanted[first : first + FAIR_BRANCHES]):
                 where = "owner IS NULL" if owner is None else "owner = %s"
                 branches.append(statement(connection.vendor, "fair_heads", owner=where, n=str(n)))
-                params += [pending, queue, *([] if owner is None else [owner]), at, take]
+                params += [queue, *([] if owner is None else [owner]), at, take]
             cursor.execute("\nUNION ALL\n".join(branches), params)
             found += [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
     # As the ORM reads them (aware), so they sort with the other queues' candidates.

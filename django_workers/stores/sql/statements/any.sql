@@ -18,11 +18,11 @@ LIMIT 1
 -- each has queued. Global tasks (owner NULL) are not among them.
 WITH RECURSIVE owners (owner) AS (
     SELECT MIN(owner) FROM django_workers_taskrecord
-    WHERE status = %s AND queue = %s AND owner IS NOT NULL
+    WHERE status = 'PENDING' AND queue = %s AND owner IS NOT NULL
     UNION ALL
     SELECT (
         SELECT MIN(r.owner) FROM django_workers_taskrecord r
-        WHERE r.status = %s AND r.queue = %s AND r.owner > owners.owner
+        WHERE r.status = 'PENDING' AND r.queue = %s AND r.owner > owners.owner
     )
     FROM owners WHERE owners.owner IS NOT NULL
 )
@@ -32,7 +32,7 @@ SELECT owner FROM owners WHERE owner IS NOT NULL
 -- name: fair_running
 -- A queue's RUNNING tasks by owner (the workers_task_running index).
 SELECT owner, COUNT(*) FROM django_workers_taskrecord
-WHERE status = %s AND queue = %s
+WHERE status = 'RUNNING' AND queue = %s
 GROUP BY owner
 
 
@@ -42,7 +42,7 @@ GROUP BY owner
 -- {n}: the branch's number.
 SELECT * FROM (
     SELECT id, owner, priority, created_at, queue FROM django_workers_taskrecord
-    WHERE status = %s AND queue = %s AND {owner}
+    WHERE status = 'PENDING' AND queue = %s AND {owner}
         AND (run_after IS NULL OR run_after <= %s)
     ORDER BY priority DESC, created_at, id
     LIMIT %s
