@@ -152,13 +152,13 @@ def run(db: str, workdir: str, args: argparse.Namespace) -> None:
 
     call_command("migrate", verbosity=0)
     before = {
-        fair: wait_behind_backlog(url, fair, args.backlog, args.concurrency)
-        for fair in (True, False)
+        is_fair: wait_behind_backlog(url, is_fair, args.backlog, args.concurrency)
+        for is_fair in (True, False)
     }
     rates: dict[bool, list[float]] = {True: [], False: []}
     for _round in range(args.rounds):
-        for fair in (False, True):
-            rates[fair].append(drain(url, fair, args.count, args.owners, args.concurrency))
+        for is_fair in (False, True):
+            rates[is_fair].append(drain(url, is_fair, args.count, args.owners, args.concurrency))
     plain, fair = statistics.median(rates[False]), statistics.median(rates[True])
     print(
         f"{db}: behind {args.backlog:,} of one owner's tasks, the second owner's task started "
