@@ -45,23 +45,17 @@ def fair_pick(
     return [row for _turn, _order, row in ranked[:slots]]
 
 
-def merged(sequences: Sequence[Sequence[Row]]) -> list[Row]:
-    """Several queues' candidates as one sequence: at each step the head first in claim order.
+def merged(ordinary: Sequence[Row], fair: Sequence[Sequence[Row]]) -> list[Row]:
+    """Every queue's candidates in the order a claim takes them.
 
-    Each sequence keeps its own order (a fair queue's is by turn), so across
-    queues priority and age decide as they do in an ordinary claim.
+    ``ordinary``: the other queues' candidates; ``fair``: each fair queue's picks
+    in turn order (``fair_pick``). A fair queue's picks take the places in claim
+    order that the same tasks hold among themselves: across queues, priority and
+    age decide as in an ordinary claim, and turns decide which of a fair queue's
+    tasks fill its places.
     """
-    heads = [0] * len(sequences)
-    out: list[Row] = []
-    while True:
-        best = None
-        for n, seq in enumerate(sequences):
-            if heads[n] < len(seq) and (
-                best is None
-                or claim_order(seq[heads[n]]) < claim_order(sequences[best][heads[best]])
-            ):
-                best = n
-        if best is None:
-            return out
-        out.append(sequences[best][heads[best]])
-        heads[best] += 1
+    keyed = [(claim_order(row), row) for row in ordinary]
+    for picks in fair:
+        keyed += zip(sorted(claim_order(row) for row in picks), picks, strict=True)
+    keyed.sort(key=lambda item: item[0])
+    return [row for _place, row in keyed]

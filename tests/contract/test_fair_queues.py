@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection, connections
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 from django_workers import TaskStatus, clock
 from django_workers.info import TaskInfo
@@ -136,3 +137,16 @@ def test_racing_claimers_of_a_fair_queue_keep_per_owner() -> None:
     everyone = [info for found in claimed for info in found]
     assert owners_of(everyone) == {"alice": 2, "bob": 2, "carol": 2}
     connection.close()
+
+
+@pytest.mark.django_db
+def test_a_fair_claim_on_postgresql_is_one_statement() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's claim function")
+    store = DatabaseWorkerStore()
+    queue_up(store, "alice", 3)
+    queue_up(store, "bob", 1)
+    with CaptureQueriesContext(connection) as sent:
+        claimed = store.claim("w1", None, 2, clock.now())
+    assert owners_of(claimed) == {"alice": 1, "bob": 1}
+    assert [q["sql"].count("django_workers_claim_fair") for q in sent] == [1]

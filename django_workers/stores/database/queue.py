@@ -63,8 +63,9 @@ class DatabaseRunQueue(DatabaseAccess):
         limits = served_limits(queues, queue_limits) if queue_limits else None
         fair = served_fair(queues)
         connection = connections[self.using]
-        if not limits and not fair and connection.vendor == "postgresql":
-            # The wake-up's path: one statement, no writer lock (SQLite's alone).
+        if not limits and connection.vendor == "postgresql":
+            # The wake-up's path: one statement, no writer lock (SQLite's alone); with
+            # fair queues, a function that takes their lock rows first.
             found = sql.claim_postgres(
                 connection, worker_id, queues, limit, now, autocommit=_in_autocommit(connection)
             )
@@ -152,7 +153,7 @@ class DatabaseRunQueue(DatabaseAccess):
                 connections[self.using], queue, now, slots, per_owner
             )
             picks.append(fair_pick(found, running, slots, per_owner))
-        return merged([candidates, *picks])
+        return merged(candidates, picks)
 
     def _make_queue_locks(self, limits: Sequence[str]) -> None:
         """Create the lock rows of limited queues that have none, before the claim's transaction.
@@ -223,7 +224,9 @@ class DatabaseRunQueue(DatabaseAccess):
         queue_limits: Mapping[str, int] | None = None,
     ) -> tuple[list[bool], list[TaskInfo]]:
         limits = served_limits(queues, queue_limits)
-        if limit > 0 and not served_fair(queues):
+        # PostgreSQL's claim with the ends is a limited claim or one with fair queues,
+        # not both: a worker that serves both claims through the ORM.
+        if limit > 0 and not (limits and served_fair(queues)):
             written = self._ends().end_and_claim(ends, (worker_id, queues, limit, now), limits)
             if written is not None:
                 won, claimed = written

@@ -75,7 +75,7 @@ class MemoryRunQueue(MemoryState):
                     running[row["owner"]] = running.get(row["owner"], 0) + 1
             candidates = [row for row in ready if row["queue"] == queue]
             picks.append(fair_pick(candidates, running, limit, per_owner))
-        return merged([plain, *picks])
+        return merged(plain, picks)
 
     def _free_slots(self, queue_limits: Mapping[str, int]) -> dict[str, int]:
         free = dict(queue_limits)

@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_workers.conf import served_fair
 from django_workers.info import TaskStatus
 from django_workers.stores.sql.cursor import _statements_cursor, kept_fetch
 from django_workers.stores.sql.decode import _records, _sqlite_datetimes
@@ -186,8 +187,15 @@ def _claim(
     and, with ``own_commit``, lets the claim's own transaction commit without
     waiting for the disk. Several queues have no index in that order:
     ``_claim_sql``'s statement, which the planner sees whole (``own_commit`` is then
-    the caller's to send).
+    the caller's to send). A worker that serves fair queues: a call of
+    ``django_workers_claim_fair``, which takes their claimers' turns on their lock
+    rows and the owners' turns in its one statement.
     """
+    fair = served_fair(queues)
+    if fair:
+        names = sorted(fair)
+        params = [worker_id, now, limit, list(queues) if queues else None, names]
+        return statement(_PG, "claim_fair"), [*params, [fair[n] for n in names], own_commit]
     if queues and len(queues) > 1:
         return _claim_sql(worker_id, queues, limit, now)
     sql = statement(_PG, "claim_records")

@@ -75,7 +75,7 @@ CREATE INDEX workers_task_ended ON django_workers_taskrecord USING btree (status
 CREATE INDEX workers_task_nodes ON django_workers_taskrecord USING btree (workflow) WHERE (workflow IS NOT NULL);
 CREATE INDEX workers_task_owner_list ON django_workers_taskrecord USING btree (owner, created_at DESC) WHERE (owner IS NOT NULL);
 CREATE INDEX workers_task_pending ON django_workers_taskrecord USING btree (status, priority DESC, created_at, id) WHERE ((status)::text = 'PENDING'::text);
-CREATE INDEX workers_task_pending_owner ON django_workers_taskrecord USING btree (status, queue, owner, priority DESC, created_at, id) WHERE ((owner IS NOT NULL) AND ((status)::text = 'PENDING'::text));
+CREATE INDEX workers_task_pending_owner ON django_workers_taskrecord USING btree (status, queue, owner, priority DESC, created_at, id) INCLUDE (run_after) WHERE ((status)::text = 'PENDING'::text);
 CREATE INDEX workers_task_pending_queue ON django_workers_taskrecord USING btree (status, queue, priority DESC, created_at, id) WHERE ((status)::text = 'PENDING'::text);
 CREATE INDEX workers_task_running ON django_workers_taskrecord USING btree (status, queue) WHERE ((status)::text = 'RUNNING'::text);
 
@@ -166,6 +166,168 @@ BEGIN
         ))
         RETURNING t.*;
     END IF;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION django_workers_claim_fair(p_worker text, p_now timestamp with time zone, p_limit integer, p_queues text[], p_fair text[], p_per_owner integer[], p_own_commit boolean)
+ RETURNS SETOF django_workers_taskrecord
+ LANGUAGE plpgsql
+ SET jit TO 'off'
+ SET plan_cache_mode TO 'force_generic_plan'
+AS $function$
+DECLARE
+    v_queue text;
+    v_next text;
+    v_owner text;
+    v_more boolean;
+    v_cap integer;
+    v_running integer;
+    v_take integer;
+    r_owner text[];
+    r_count integer[];
+    o_ids text[] := '{}';
+    o_pri integer[] := '{}';
+    o_at timestamptz[] := '{}';
+    f_ids text[] := '{}';
+    f_queue text[] := '{}';
+    f_turn integer[] := '{}';
+    f_pri integer[] := '{}';
+    f_at timestamptz[] := '{}';
+BEGIN
+    IF p_own_commit THEN
+        PERFORM set_config('synchronous_commit', 'off', true);
+    END IF;
+    INSERT INTO django_workers_queuelock (name) SELECT unnest(p_fair) ON CONFLICT DO NOTHING;
+    PERFORM 1 FROM django_workers_queuelock WHERE name = ANY(p_fair) ORDER BY name FOR UPDATE;
+
+    -- The other queues' first tasks, a queue at a time, each read with the next queue.
+    IF p_queues IS NULL THEN
+        SELECT r.queue INTO v_queue FROM django_workers_taskrecord r
+        WHERE r.status = 'PENDING' ORDER BY r.queue LIMIT 1;
+    ELSE
+        SELECT min(q) INTO v_queue FROM unnest(p_queues) q WHERE q <> ALL(p_fair);
+    END IF;
+    WHILE v_queue IS NOT NULL LOOP
+        IF v_queue = ANY(p_fair) THEN
+            v_next := v_queue;
+        ELSE
+            SELECT o_ids || array_agg(x.id), o_pri || array_agg(x.priority),
+                o_at || array_agg(x.created_at)
+            INTO o_ids, o_pri, o_at
+            FROM (
+                SELECT r.id, r.priority::integer AS priority, r.created_at
+                FROM django_workers_taskrecord r
+                WHERE r.status = 'PENDING' AND r.queue = v_queue
+                    AND (r.run_after IS NULL OR r.run_after <= p_now)
+                ORDER BY r.priority DESC, r.created_at, r.id
+                LIMIT p_limit
+            ) x;
+            v_next := v_queue;
+        END IF;
+        IF p_queues IS NULL THEN
+            SELECT r.queue INTO v_queue FROM django_workers_taskrecord r
+            WHERE r.status = 'PENDING' AND r.queue > v_next ORDER BY r.queue LIMIT 1;
+        ELSE
+            SELECT min(q) INTO v_queue FROM unnest(p_queues) q
+            WHERE q > v_next AND q <> ALL(p_fair);
+        END IF;
+    END LOOP;
+
+    -- Each fair queue's owners' first tasks with their turns: global tasks, then the
+    -- owners in owner order, each owner's tasks read with the next owner.
+    FOR i IN 1 .. coalesce(array_length(p_fair, 1), 0) LOOP
+        v_queue := p_fair[i];
+        v_cap := p_per_owner[i];
+        SELECT array_agg(r.owner), array_agg(r.n) INTO r_owner, r_count FROM (
+            SELECT owner, count(*)::integer AS n FROM django_workers_taskrecord
+            WHERE status = 'RUNNING' AND queue = v_queue GROUP BY owner
+        ) r;
+        v_owner := NULL;
+        v_more := true;
+        WHILE v_more LOOP
+            v_running := coalesce(r_count[array_position(r_owner, v_owner)], 0);
+            v_take := CASE WHEN v_cap IS NULL THEN p_limit
+                ELSE greatest(least(p_limit, v_cap - v_running), 0) END;
+            IF v_owner IS NULL THEN
+                SELECT f_ids || array_agg(x.id), f_queue || array_agg(v_queue),
+                    f_turn || array_agg(v_running + x.k), f_pri || array_agg(x.priority),
+                    f_at || array_agg(x.created_at), (
+                        SELECT r.owner FROM django_workers_taskrecord r
+                        WHERE r.status = 'PENDING' AND r.queue = v_queue
+                            AND r.owner IS NOT NULL
+                        ORDER BY r.owner LIMIT 1
+                    )
+                INTO f_ids, f_queue, f_turn, f_pri, f_at, v_next
+                FROM (
+                    SELECT y.*, row_number() OVER (
+                        ORDER BY y.priority DESC, y.created_at, y.id
+                    )::integer AS k FROM (
+                        SELECT r.id, r.priority::integer AS priority, r.created_at
+                        FROM django_workers_taskrecord r
+                        WHERE r.status = 'PENDING' AND r.queue = v_queue AND r.owner IS NULL
+                            AND (r.run_after IS NULL OR r.run_after <= p_now)
+                        ORDER BY r.priority DESC, r.created_at, r.id
+                        LIMIT v_take
+                    ) y
+                ) x;
+            ELSE
+                SELECT f_ids || array_agg(x.id), f_queue || array_agg(v_queue),
+                    f_turn || array_agg(v_running + x.k), f_pri || array_agg(x.priority),
+                    f_at || array_agg(x.created_at), (
+                        SELECT r.owner FROM django_workers_taskrecord r
+                        WHERE r.status = 'PENDING' AND r.queue = v_queue
+                            AND r.owner > v_owner
+                        ORDER BY r.owner LIMIT 1
+                    )
+                INTO f_ids, f_queue, f_turn, f_pri, f_at, v_next
+                FROM (
+                    SELECT y.*, row_number() OVER (
+                        ORDER BY y.priority DESC, y.created_at, y.id
+                    )::integer AS k FROM (
+                        SELECT r.id, r.priority::integer AS priority, r.created_at
+                        FROM django_workers_taskrecord r
+                        WHERE r.status = 'PENDING' AND r.queue = v_queue AND r.owner = v_owner
+                            AND (r.run_after IS NULL OR r.run_after <= p_now)
+                        ORDER BY r.priority DESC, r.created_at, r.id
+                        LIMIT v_take
+                    ) y
+                ) x;
+            END IF;
+            v_more := v_next IS NOT NULL;
+            v_owner := v_next;
+        END LOOP;
+    END LOOP;
+
+    RETURN QUERY
+    WITH turns AS (
+        SELECT f.*, row_number() OVER (
+            PARTITION BY f.queue ORDER BY f.turn, f.priority DESC, f.created_at, f.id
+        ) AS place
+        FROM unnest(f_ids, f_queue, f_turn, f_pri, f_at)
+            AS f (id, queue, turn, priority, created_at)
+    ),
+    places AS (
+        SELECT p.queue, p.priority, p.created_at, p.id, row_number() OVER (
+            PARTITION BY p.queue ORDER BY p.priority DESC, p.created_at, p.id
+        ) AS place
+        FROM turns p WHERE p.place <= p_limit
+    )
+    UPDATE django_workers_taskrecord AS t
+    SET status = 'RUNNING', worker_id = p_worker,
+        started_at = COALESCE(t.started_at, GREATEST(p_now, t.created_at)),
+        attempts = t.attempts + 1
+    WHERE t.id = ANY(ARRAY(
+        SELECT c.id FROM (
+            SELECT o.id, o.priority, o.created_at, o.id AS tiebreak
+            FROM unnest(o_ids, o_pri, o_at) AS o (id, priority, created_at)
+            UNION ALL
+            SELECT u.id, p.priority, p.created_at, p.id
+            FROM turns u JOIN places p ON p.queue = u.queue AND p.place = u.place
+        ) c
+        ORDER BY c.priority DESC, c.created_at, c.tiebreak
+        LIMIT p_limit
+    )) AND t.status = 'PENDING'
+    RETURNING t.*;
 END
 $function$;
 

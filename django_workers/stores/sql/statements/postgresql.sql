@@ -53,6 +53,12 @@ LIMIT 1
 -- as record_select selects them.
 SELECT * FROM django_workers_claim_records(%s, %s, %s, %s, %s)
 
+-- name: claim_fair
+-- Claim for a worker that serves fair queues (worker id, now, limit, queues
+-- served or NULL, the fair queues among them, their per-owner caps, whether its
+-- commit may skip waiting for the disk); the rows as record_select selects them.
+SELECT {record_select} FROM django_workers_claim_fair(%s, %s, %s, %s, %s, %s, %s) AS t
+
 -- name: claim
 -- Claim up to a limit of ready rows in claim order, skipping rows another
 -- claimer holds: the claim of several queues, which have no index in claim
