@@ -9,9 +9,11 @@ two sweeps cancel a workflow once and an earlier cancel's reason stays.
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connections
 
 from django_workers import Owner, System, TaskStatus, clock, lifecycle
 from django_workers.cancellation import CancelReason
@@ -257,3 +259,29 @@ def test_a_rerun_gets_its_whole_deadline_again(store: WorkerStore) -> None:
     assert again.deadline_at > first.deadline_at
     assert again.cancel_reason is None
     assert store.cancel_overdue_workflows(first.deadline_at) == []
+
+
+def test_two_sweeps_at_once_cancel_an_overdue_workflow_once(tx_store: WorkerStore) -> None:
+    _with_deadline(tx_store, 1)
+    # With a node running, the first cancel leaves the workflow running until it stops.
+    assert Driver(tx_store).start("a", undo=False) is not None
+    info = tx_store.get_workflow("wf")
+    assert info is not None
+    assert info.deadline_at is not None
+    barrier = threading.Barrier(2)
+    found: list[list[str]] = []
+
+    def sweep() -> None:
+        barrier.wait()
+        try:
+            found.append(tx_store.cancel_overdue_workflows(info.deadline_at))  # type: ignore[arg-type]
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=sweep) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sorted(found) == [[], ["wf"]]
+    assert tx_store.get_workflow("wf").cancel_reason == "deadline"  # type: ignore[union-attr]
