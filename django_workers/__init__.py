@@ -52,6 +52,7 @@ from django_workers.workflows import (
     Workflow,
     WorkflowAlreadyFinished,
     WorkflowCancelNarrows,
+    WorkflowCannotRerun,
     WorkflowHandle,
     WorkflowInfo,
     WorkflowNotFound,
@@ -59,6 +60,7 @@ from django_workers.workflows import (
     get_all_workflows,
     get_workflow_status,
     open_workflow,
+    rerun_workflow,
 )
 
 try:
@@ -100,6 +102,7 @@ __all__ = [
     "Workflow",
     "WorkflowAlreadyFinished",
     "WorkflowCancelNarrows",
+    "WorkflowCannotRerun",
     "WorkflowExists",
     "WorkflowHandle",
     "WorkflowInfo",
@@ -122,6 +125,7 @@ __all__ = [
     "open_workflow",
     "owner_of",
     "periodic",
+    "rerun_workflow",
     "scoped_task_key",
     "set_queue_authorizer",
     "set_watch_authorizer",

@@ -23,6 +23,8 @@ class CancelReason(StrEnum):
     SHUTDOWN = "shutdown"
     #: A workflow node that will not run: a dependency failed, or the workflow failed fast.
     WORKFLOW = "workflow"
+    #: A workflow node stopped because its workflow's deadline passed.
+    DEADLINE = "deadline"
 
 
 def cancel_message(reason: CancelReason | str, timeout: float | None = None) -> str:
@@ -39,6 +41,7 @@ _MESSAGES = {
     CancelReason.SUPERSEDED: "Superseded by a re-run",
     CancelReason.SHUTDOWN: "Cancelled by worker shutdown",
     CancelReason.WORKFLOW: "Cancelled by its workflow: a dependency failed or was cancelled",
+    CancelReason.DEADLINE: "Cancelled by its workflow's deadline",
 }
 
 

@@ -253,6 +253,36 @@ class WorkflowCancelNarrows(WorkersError):
         )
 
 
+class WorkflowCannotRerun(WorkersError):
+    """The workflow is not in an end it can be re-run from, or its plan is not the one named."""
+
+    code = "cannot_rerun"
+
+    def __init__(self, workflow_id: str, state: str, *, plan_hash: str | None = None) -> None:
+        self.workflow_id = workflow_id
+        self.state = state
+        self.plan_hash = plan_hash
+        super().__init__(f"Workflow {workflow_id!r} cannot be re-run: {self._why()}")
+
+    def _why(self) -> str:
+        if self.plan_hash is not None:
+            return (
+                f"its plan is not the one with hash {self.plan_hash[:12]} (the id was reused "
+                "for another plan). Read its status again and re-run what it holds now."
+            )
+        if self.state == "compensated":
+            return (
+                "it was compensated, so the work of its completed steps was undone. Submit "
+                "it again (under a new id, or after retention deletes it) to run every step."
+            )
+        if self.state == "completed":
+            return "it completed; there is nothing to run again."
+        return (
+            f"it is {self.state}. Only a workflow that ended failed, cancelled or "
+            "compensation_failed can be re-run; wait for it to end (handle.wait())."
+        )
+
+
 class WorkflowExists(WorkersError):
     """A different workflow plan was already submitted under this id."""
 

@@ -229,6 +229,10 @@ class WorkflowRecordQuerySet(models.QuerySet["WorkflowRecord"]):
             )
         return self.filter(match)
 
+    def overdue(self, now: datetime) -> WorkflowRecordQuerySet:
+        """Running workflows past their deadline that no cancel has reached yet."""
+        return self.filter(state="running", deadline_at__lte=now, cancel_undo__isnull=True)
+
 
 class WorkflowRecord(models.Model):
     """One workflow: its plan's hash, its state, and where each node is.
@@ -254,6 +258,13 @@ class WorkflowRecord(models.Model):
     nodes = models.JSONField(default=list)
     created_at = models.DateTimeField(default=timezone.now)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # How many times the nodes have been run: 1, and one more for each re-run.
+    runs = models.PositiveIntegerField(default=1)
+    # Why the accepted cancel came: ``user`` or ``deadline`` (null: never cancelled).
+    cancel_reason = models.CharField(max_length=12, null=True, blank=True)
+    # The deadline in seconds as submitted, and when the current run passes it (null: none).
+    deadline = models.FloatField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
 
     objects = WorkflowRecordQuerySet.as_manager()
 
@@ -264,6 +275,8 @@ class WorkflowRecord(models.Model):
             models.Index(fields=("owner", "-created_at"), name="workers_workflow_owner"),
             models.Index(fields=("-created_at", "-id"), name="workers_workflow_created"),
             models.Index(fields=("state", "finished_at"), name="workers_workflow_finished"),
+            # The deadline sweep: running workflows whose deadline has passed.
+            models.Index(fields=("state", "deadline_at"), name="workers_workflow_deadline"),
         )
 
     def __str__(self) -> str:

@@ -513,6 +513,16 @@ def wf_value(value: int, hold: float = 0.0) -> int:
     return value
 
 
+def wf_value_once_fixed(value: int, fixed: str) -> int:
+    """Record this run, then fail until the file ``fixed`` exists; then return ``value``."""
+    import os
+
+    record_execution()
+    if not os.path.exists(fixed):
+        raise RuntimeError(f"{fixed} is missing: not fixed yet")
+    return value
+
+
 def wf_fail() -> None:
     """Record this run, then fail."""
     record_execution()

@@ -1,8 +1,8 @@
-"""The workflow pages: a scoped list, a page with a picture of the DAG, cancel with or without undo.
+"""The workflow pages: a scoped list, a page with a picture of the DAG, cancel and re-run.
 
-The list reads workflow rows as the task list reads task rows; a workflow's page
-and every cancel go through the workflow API (``get_workflow_status``,
-``cancel_workflow``) with the user's authority.
+The list reads workflow rows as the task list reads task rows; a workflow's page,
+every cancel and every re-run go through the workflow API (``get_workflow_status``,
+``cancel_workflow``, ``rerun_workflow``) with the user's authority.
 """
 
 from __future__ import annotations
@@ -37,8 +37,10 @@ from django_workers.admin.live import POLL_INTERVAL_MS, live_url
 from django_workers.authority import user_id_of
 from django_workers.engine.records import shown_state
 from django_workers.exceptions import (
+    AuthorizationError,
     WorkflowAlreadyFinished,
     WorkflowCancelNarrows,
+    WorkflowCannotRerun,
     WorkflowNotFound,
 )
 from django_workers.models import WorkflowRecord, WorkflowRecordQuerySet
@@ -49,6 +51,7 @@ from django_workers.workflows import (
     WorkflowNodeInfo,
     cancel_workflow,
     get_workflow_status,
+    rerun_workflow,
 )
 from django_workers.workflows.handles import STATES as WORKFLOW_STATES
 
@@ -127,6 +130,11 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
                 name=f"{name}_cancel",
             ),
             path(
+                "<path:object_id>/rerun/",
+                view(require_POST(self.rerun_view)),
+                name=f"{name}_rerun",
+            ),
+            path(
                 "<path:object_id>/change/",
                 view(require_safe(self.change_view)),
                 name=f"{name}_change",
@@ -162,6 +170,7 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
             # Without undo steps to skip, "without undo" would be the same button twice.
             "offers_no_undo": has_undo and info.undo_on_cancel,
             "can_drop_undo": offered_actions(info) == "drop-undo",
+            "can_rerun": offered_actions(info) == "rerun",
             "has_undo": has_undo,
             "live_interval": POLL_INTERVAL_MS,
             **(extra_context or {}),
@@ -209,6 +218,31 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
             self.message_user(request, _not_running_message(e), messages.WARNING)
         else:
             self.message_user(request, _cancelled_message(after, undo), messages.SUCCESS)
+        return self._back_to(info.id)
+
+    # -- re-running, through the workflow API --
+
+    def rerun_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Re-run one workflow as the user, if it is still the plan the page showed; report it."""
+        info = self._visible_workflow(request, object_id)
+        try:
+            after = rerun_workflow(
+                info.id,
+                authority_for_user(request.user),
+                plan_hash=request.POST.get("plan_hash") or info.plan_hash,
+            )
+        except WorkflowNotFound:
+            raise Http404 from None
+        except (WorkflowCannotRerun, AuthorizationError) as e:
+            self.message_user(request, str(e), messages.WARNING)
+        else:
+            again = sum(1 for node in after.nodes if node.state != "completed")
+            self.message_user(
+                request,
+                f"Workflow {after.id} runs again (run {after.runs}): {again} of its "
+                f"{len(after.nodes)} steps run again; the completed ones keep their results.",
+                messages.SUCCESS,
+            )
         return self._back_to(info.id)
 
     def _back_to(self, workflow_id: str) -> HttpResponse:
@@ -362,12 +396,14 @@ def state_cell(info: WorkflowInfo) -> str:
 
 
 def offered_actions(info: WorkflowInfo) -> str:
-    """What the page's buttons may ask now: ``cancel``, ``drop-undo`` or nothing."""
+    """What the page's buttons may ask now: ``cancel``, ``drop-undo``, ``rerun`` or nothing."""
     if info.state == "running":
         return "cancel"
     # A cancel that undoes is pending: all that may still be asked is to drop the undo.
     if info.cancel_pending and info.cancel_undo:
         return "drop-undo"
+    if info.accepts_rerun:
+        return "rerun"
     return ""
 
 

@@ -80,6 +80,10 @@ WORKFLOW_ENDS: Final = frozenset(
     }
 )
 _BROKEN: Final = frozenset({NodeStatus.FAILED, NodeStatus.CANCELLED})
+#: The ends a workflow may be re-run from: its completed steps were not undone.
+RERUNNABLE: Final = frozenset(
+    {WorkflowStatus.FAILED, WorkflowStatus.CANCELLED, WorkflowStatus.COMPENSATION_FAILED}
+)
 
 
 class InvalidEvent(ValueError):
@@ -272,6 +276,37 @@ def apply(state: WorkflowState, event: Event) -> Transition:
             _cancel(draft, undo)
         case _:
             assert_never(event)
+    return draft.transition()
+
+
+def rerun(state: WorkflowState) -> Transition:
+    """Return the workflow running again from where it ended, with its ready nodes promoted.
+
+    A completed node whose work was not undone keeps its result; every other node
+    (failed, cancelled, never run, or undone by a compensation) waits again, and so
+    does every node after one that runs again. The flags of the ended run are cleared.
+    """
+    if state.status not in RERUNNABLE:
+        raise InvalidEvent(f"A {state.status} workflow cannot be re-run.")
+    again: set[str] = set()
+    nodes = []
+    for node in state.nodes:
+        kept = (
+            node.status is NodeStatus.COMPLETED
+            and node.undo is UndoStatus.IDLE
+            and again.isdisjoint(node.deps)
+        )
+        if not kept:
+            again.add(node.name)
+        status = NodeStatus.COMPLETED if kept else NodeStatus.WAITING
+        nodes.append(replace(node, status=status, undo=UndoStatus.IDLE))
+    fresh = WorkflowState(
+        nodes=tuple(nodes), fail_fast=state.fail_fast, undo_on_cancel=state.undo_on_cancel
+    )
+    draft = _Draft(fresh)
+    _settle(draft)
+    # Nothing to run again (a cancel that every node outran): the run ends at once.
+    _end_run_if_done(draft)
     return draft.transition()
 
 

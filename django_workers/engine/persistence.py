@@ -10,6 +10,11 @@ applies the machine to every event, carries out the effects, and writes the
 new state back, all before the store commits. A node that becomes PENDING
 does so in the transaction that ended its last dependency.
 
+``rerun`` sets an ended workflow running again, in the same kind of
+transaction: it locks the row, checks its state and plan hash under the lock,
+gives the nodes that run again fresh records (new run ids; their ``errors``
+kept) and writes the new state.
+
 The rules are the machine's; this module only turns ends into events and
 effects into row writes.
 """
@@ -17,7 +22,7 @@ effects into row writes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from django_workers import lifecycle
@@ -49,7 +54,7 @@ from django_workers.engine.records import (
     row_fields,
     state_of,
 )
-from django_workers.exceptions import WorkflowCancelNarrows
+from django_workers.exceptions import WorkflowCancelNarrows, WorkflowCannotRerun
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 
@@ -95,6 +100,14 @@ class WorkflowBook(Protocol):
 
     def request_stop(self, task_ids: Sequence[str], reason: CancelReason) -> None:
         """Ask the runs of these RUNNING records to stop (their workers set the token)."""
+        ...
+
+    def reset_nodes(self, task_ids: Sequence[str]) -> int:
+        """Make these ended records WAITING for a new run; return how many were ended.
+
+        Each gets a new run id and a fresh run (attempts, result, error, times,
+        cancel reason cleared) and keeps its ``errors``.
+        """
         ...
 
 
@@ -148,20 +161,69 @@ def cancel(
     undo: bool | None,
     now: datetime,
     drop_undo: bool = False,
+    reason: CancelReason = CancelReason.USER,
 ) -> bool | None:
     """Cancel a workflow; None if there is none, False if it had already ended.
 
     ``undo=False`` after a cancel that compensates drops that compensation only
     with ``drop_undo``; else WorkflowCancelNarrows, read under the row's lock.
+    A ``deadline`` cancel applies only to a run whose deadline has passed at
+    ``now`` and that no cancel has reached: the first cancel's reason stays.
     """
     row = book.lock_workflows([workflow_id]).get(workflow_id)
     if row is None:
         return None
     if machine.WorkflowStatus(row["state"]) is not machine.WorkflowStatus.RUNNING:
         return False
+    if reason is CancelReason.DEADLINE and not _overdue(row, now):
+        return False
     if undo is False and row["cancel_undo"] and not drop_undo:
         raise WorkflowCancelNarrows(workflow_id, _undoable(row))
-    _settle(book, row, [CancelWorkflow(undo)], now)
+    first = {} if row.get("cancel_reason") else {"cancel_reason": reason.value}
+    _settle(book, row, [CancelWorkflow(undo)], now, reason, first)
+    return True
+
+
+def _overdue(row: Mapping[str, Any], now: datetime) -> bool:
+    deadline_at = row.get("deadline_at")
+    return row["cancel_undo"] is None and deadline_at is not None and deadline_at <= now
+
+
+def rerun(
+    book: WorkflowBook, workflow_id: str, plan_hash: str | None, now: datetime
+) -> bool | None:
+    """Run an ended workflow again from where it failed; None if there is none.
+
+    Its state and plan hash (when given) are read under the row's lock; a
+    workflow that cannot be re-run raises WorkflowCannotRerun and nothing changes.
+    """
+    row = book.lock_workflows([workflow_id]).get(workflow_id)
+    if row is None:
+        return None
+    if plan_hash is not None and row["plan_hash"] != plan_hash:
+        raise WorkflowCannotRerun(workflow_id, row["state"], plan_hash=plan_hash)
+    status = machine.WorkflowStatus(row["state"])
+    if status not in machine.RERUNNABLE:
+        raise WorkflowCannotRerun(workflow_id, status.value)
+    transition = machine.rerun(state_of(row))
+    again = [
+        _task_id(row, node.name)
+        for node in transition.state.nodes
+        if node.status is not machine.NodeStatus.COMPLETED
+    ]
+    if book.reset_nodes(again) != len(again):
+        # A node's record did not end with its workflow: a store's mistake, never a user's.
+        raise machine.InvalidEvent(f"Workflow {workflow_id!r} has a node record still live.")
+    _carry_out(book, row, transition.effects, now)
+    fields = _columns_of(row, transition.state, now)
+    deadline = row.get("deadline")
+    fields.update(
+        finished_at=now if transition.state.ended else None,
+        cancel_reason=None,
+        runs=row.get("runs", 1) + 1,
+        deadline_at=None if deadline is None else now + timedelta(seconds=deadline),
+    )
+    book.save_workflow(workflow_id, fields)
     return True
 
 
@@ -203,13 +265,21 @@ def pre_run(
 
 
 def _settle(
-    book: WorkflowBook, row: dict[str, Any], events: Iterable[Event], now: datetime
+    book: WorkflowBook,
+    row: dict[str, Any],
+    events: Iterable[Event],
+    now: datetime,
+    reason: CancelReason = CancelReason.USER,
+    extra: Mapping[str, Any] | None = None,
 ) -> None:
-    """Apply ``events`` in turn, carrying out each one's effects; write the state once."""
+    """Apply ``events`` in turn, carrying out each one's effects; write the state once.
+
+    ``reason`` is what a cancel among the events gives the nodes it stops.
+    """
     state = state_of(row)
     for event in events:
-        state = _apply(book, row, state, event, now)
-    fields = _columns_of(row, state, now)
+        state = _apply(book, row, state, event, now, reason)
+    fields = {**_columns_of(row, state, now), **(extra or {})}
     book.save_workflow(row["id"], fields)
     row.update(fields)
 
@@ -223,7 +293,12 @@ def _columns_of(row: Mapping[str, Any], state: WorkflowState, now: datetime) -> 
 
 
 def _apply(
-    book: WorkflowBook, row: Mapping[str, Any], state: WorkflowState, event: Event, now: datetime
+    book: WorkflowBook,
+    row: Mapping[str, Any],
+    state: WorkflowState,
+    event: Event,
+    now: datetime,
+    cancel_reason: CancelReason,
 ) -> WorkflowState:
     """Apply one event and carry out its effects; return the new state.
 
@@ -231,7 +306,7 @@ def _apply(
     (claims do not lock the workflow): for the workflow it has started, so the
     event is applied again after its ``NodeStarted``, and the node is asked to stop.
     """
-    reason = CancelReason.USER if isinstance(event, CancelWorkflow) else CancelReason.WORKFLOW
+    reason = cancel_reason if isinstance(event, CancelWorkflow) else CancelReason.WORKFLOW
     claimed: list[str] = []
     while True:
         before = state
@@ -242,7 +317,7 @@ def _apply(
         if not found:
             break
         claimed += found
-    _carry_out(book, row, transition.effects, now)
+    _carry_out(book, row, transition.effects, now, cancel_reason)
     return transition.state
 
 
@@ -273,7 +348,11 @@ def _refuse(
 
 
 def _carry_out(
-    book: WorkflowBook, row: Mapping[str, Any], effects: Sequence[Effect], now: datetime
+    book: WorkflowBook,
+    row: Mapping[str, Any],
+    effects: Sequence[Effect],
+    now: datetime,
+    reason: CancelReason = CancelReason.USER,
 ) -> None:
     """Do what the machine asked besides refusals (done first, by ``_refuse``)."""
     if promote := [_task_id(row, e.node) for e in effects if isinstance(e, Promote)]:
@@ -284,7 +363,7 @@ def _carry_out(
         # The record stays RUNNING: the node ends when its function returns (or when
         # its worker's pre-run check reads the request), so one that completes anyway
         # is still compensated.
-        book.request_stop(stop, CancelReason.USER)
+        book.request_stop(stop, reason)
 
 
 def _ended(label: str, status: TaskStatus) -> Event:

@@ -21,6 +21,7 @@ from typing import Any, Final
 from django_workers.bounds import NODE_LABEL_MAX_LENGTH, NODE_NAME_MAX_LENGTH
 from django_workers.engine.machine import (
     NODE_ENDS,
+    RERUNNABLE,
     WORKFLOW_ENDS,
     Node,
     NodeStatus,
@@ -213,11 +214,22 @@ class WorkflowInfo:
     nodes: tuple[WorkflowNodeInfo, ...]
     #: None until a cancel is accepted; then whether it undoes completed steps.
     cancel_undo: bool | None = None
+    #: Why the accepted cancel came: ``user`` or ``deadline``; None if never cancelled.
+    cancel_reason: str | None = None
+    #: How many times its nodes have been run: 1, plus one for each re-run.
+    runs: int = 1
+    #: When the current run is cancelled (its deadline); None if it has none.
+    deadline_at: datetime | None = None
 
     @property
     def is_finished(self) -> bool:
-        """True once the workflow is in an end state it never leaves."""
+        """True once the workflow is in an end state until it is re-run."""
         return self.state in WORKFLOW_ENDS
+
+    @property
+    def accepts_rerun(self) -> bool:
+        """Whether ``rerun_workflow`` may run it again: it ended without undoing its steps."""
+        return self.state in RERUNNABLE
 
     @property
     def accepts_cancel(self) -> bool:
@@ -285,6 +297,9 @@ def info_of(row: Mapping[str, Any], records: Mapping[str, NodeRecord]) -> Workfl
         finished_at=row["finished_at"],
         nodes=tuple(nodes),
         cancel_undo=row.get("cancel_undo"),
+        cancel_reason=row.get("cancel_reason"),
+        runs=row.get("runs", 1),
+        deadline_at=row.get("deadline_at"),
     )
 
 

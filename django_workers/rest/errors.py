@@ -36,6 +36,7 @@ HTTP_STATUS: dict[type[workers.WorkersError], int] = {
     workers.TaskAlreadyFinished: status.HTTP_409_CONFLICT,
     workers.WorkflowAlreadyFinished: status.HTTP_409_CONFLICT,
     workers.WorkflowCancelNarrows: status.HTTP_409_CONFLICT,
+    workers.WorkflowCannotRerun: status.HTTP_409_CONFLICT,
     workers.TaskNotRetryable: status.HTTP_409_CONFLICT,
     workers.WorkflowExists: status.HTTP_409_CONFLICT,
     workers.DatabaseUnavailable: status.HTTP_503_SERVICE_UNAVAILABLE,

@@ -144,6 +144,12 @@ class WorkflowSerializer(serializers.Serializer):
     plan_hash = serializers.CharField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
     finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    #: How many times its nodes have been run: 1, plus one per re-run.
+    runs = serializers.IntegerField(read_only=True)
+    #: Why the accepted cancel came (``user`` or ``deadline``); null if never cancelled.
+    cancel_reason = serializers.CharField(read_only=True, allow_null=True)
+    #: When the current run is cancelled for its deadline; null if it has none.
+    deadline_at = serializers.DateTimeField(read_only=True, allow_null=True)
     nodes = WorkflowNodeSerializer(many=True, read_only=True)
 
 
@@ -183,6 +189,17 @@ class WorkflowCancelQuerySerializer(serializers.Serializer):
         if undo is True:
             raise serializers.ValidationError(UNDO_ONLY_NARROWS)
         return undo
+
+
+class WorkflowRerunQuerySerializer(serializers.Serializer):
+    """The re-run's parameter: the plan hash the caller read, so another plan is never re-run."""
+
+    plan_hash = serializers.RegexField(
+        r"^[0-9a-f]{64}$",
+        required=False,
+        default=None,
+        error_messages={"invalid": "plan_hash is the 64 hex digits of the workflow's plan_hash."},
+    )
 
 
 class ErrorSerializer(serializers.Serializer):

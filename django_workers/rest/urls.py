@@ -3,7 +3,7 @@
 A key may hold ``/``, so an id is matched as "anything" (a newline too, so that
 the API refuses it as a bad id rather than the URL resolver); each cancel route is
 tried first and takes the longest id, so ``<id>/actions/cancel`` always
-cancels ``<id>``.
+cancels ``<id>`` (and ``<id>/actions/rerun`` re-runs it).
 """
 
 from __future__ import annotations
@@ -28,6 +28,11 @@ urlpatterns = [
         r"^workflows/(?P<workflow_id>(?s:.+))/actions/cancel/?$",
         views.WorkflowCancelView.as_view(),
         name="workflow-cancel",
+    ),
+    re_path(
+        r"^workflows/(?P<workflow_id>(?s:.+))/actions/rerun/?$",
+        views.WorkflowRerunView.as_view(),
+        name="workflow-rerun",
     ),
     re_path(
         r"^workflows/(?P<workflow_id>(?s:.+?))/?$",

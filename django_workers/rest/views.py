@@ -1,4 +1,4 @@
-"""The task and workflow routes: list, read and cancel, each a call of the public API.
+"""The task and workflow routes: list, read, cancel and re-run, each a call of the public API.
 
 A view never reads a model: ``get_all_tasks``, ``get_task_status``,
 ``cancel_task`` and their workflow twins scope every answer to the caller's
@@ -36,6 +36,7 @@ from django_workers.rest.serializers import (
     WorkflowCancelQuerySerializer,
     WorkflowListQuerySerializer,
     WorkflowPageSerializer,
+    WorkflowRerunQuerySerializer,
     WorkflowSerializer,
 )
 from django_workers.web_authority import authority_for_user
@@ -44,6 +45,7 @@ from django_workers.workflows import (
     cancel_workflow,
     get_all_workflows,
     get_workflow_status,
+    rerun_workflow,
 )
 
 #: What follows a task id in the cancel route; an id may itself end this way.
@@ -440,3 +442,46 @@ class WorkflowCancelView(CancelRoute):
 
     def get(self, request: Request, workflow_id: str) -> Response:
         raise not_a_cancel(request)
+
+
+@extend_schema(
+    tags=["workflows"],
+    summary="Re-run a workflow from where it failed",
+    description="Answers the workflow's new snapshot. A workflow that ended `failed`, "
+    "`cancelled` or `compensation_failed` runs again: completed nodes keep their results and "
+    "do not run again; the failed, cancelled and never-run nodes (and those after them) run "
+    "again in dependency order, keeping their earlier errors; `runs` counts the runs. "
+    "`plan_hash` (the one the caller read) makes sure the workflow under this id is still "
+    "that plan. Only the owner (or a privileged user) may re-run a workflow.",
+    parameters=[WORKFLOW_ID, WorkflowRerunQuerySerializer],
+    request=None,
+    responses={
+        200: WorkflowSerializer,
+        400: _error(
+            "A plan_hash that is not 64 hex digits, a query parameter that is unknown or "
+            "given twice, or a bad id."
+        ),
+        **UNAUTHENTICATED,
+        **HIDDEN_WORKFLOW,
+        **NOT_ACCEPTABLE,
+        409: _error(
+            "The workflow cannot be re-run (cannot_rerun): it is running or completed, it was "
+            "compensated (its completed steps were undone), or its plan is not plan_hash."
+        ),
+    },
+)
+class WorkflowRerunView(WorkersAPIView):
+    """Run an ended workflow the caller owns again, from where it failed."""
+
+    operation_id = "workflows_rerun"
+    query_parameters = frozenset(WorkflowRerunQuerySerializer().fields)
+
+    def patch(self, request: Request, workflow_id: str) -> Response:
+        query = WorkflowRerunQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        info = rerun_workflow(
+            checked_workflow_id(workflow_id),
+            self.authority(),
+            plan_hash=query.validated_data["plan_hash"],
+        )
+        return workflow_answer(info)

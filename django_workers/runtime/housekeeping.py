@@ -24,12 +24,15 @@ from django_workers.runtime.outage import unreachable
 from django_workers.runtime.reporter import report_recovered
 from django_workers.runtime.run import task_logger
 
+#: How often a worker looks for workflows past their deadline (seconds).
+DEADLINE_POLL = 1.0
+
 
 class Housekeeping(RuntimeBase):
     """The housekeeping thread: keeps the lease while the runtime progresses, and tidies up."""
 
     def _housekeeping_loop(self) -> None:
-        due = {"heartbeat": 0.0, "zombies": 0.0, "cleanup": 0.0, "cancels": 0.0}
+        due = {"heartbeat": 0.0, "zombies": 0.0, "cleanup": 0.0, "cancels": 0.0, "deadlines": 0.0}
         errors = 0
         # Until the last run returned: the lease and cancel delivery cover the drain.
         while not self._closed.is_set():
@@ -66,6 +69,9 @@ class Housekeeping(RuntimeBase):
         if self.recover_zombies and now >= due["zombies"]:
             due["zombies"] = now + self.lease_timeout / 2
             self._sweep_zombies()
+        if now >= due["deadlines"]:
+            due["deadlines"] = now + DEADLINE_POLL
+            self._cancel_overdue_workflows()
         if now >= due["cleanup"]:
             due["cleanup"] = now + workers_settings.CLEANUP_INTERVAL
             self.cleanup()
@@ -89,6 +95,16 @@ class Housekeeping(RuntimeBase):
                 and task_logger.isEnabledFor(logging.DEBUG)
             ):
                 self._report(task_logger.debug, "Task %s asked to stop (%s)", task_id, reason)
+
+    def _cancel_overdue_workflows(self) -> None:
+        """Cancel the workflows past their deadline, as a user's cancel would (reason deadline)."""
+        cancelled = self.store.cancel_overdue_workflows(clock.now())
+        for workflow_id in cancelled:
+            self._report(logger.info, "Workflow %s passed its deadline: cancelled", workflow_id)
+        if cancelled:
+            # Its running nodes here are told at once; other workers read it when they poll.
+            self._check_cancels.set()
+            self._wake.set()
 
     def _heartbeat(self) -> None:
         if self.stalled:

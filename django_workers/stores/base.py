@@ -18,6 +18,7 @@ from datetime import datetime
 
 from django.db import DatabaseError
 
+from django_workers.cancellation import CancelReason
 from django_workers.core import NewTask
 from django_workers.info import TaskInfo
 from django_workers.lifecycle import TaskEnd
@@ -107,6 +108,18 @@ class WorkerStore(TaskRecords, TaskReads, RunQueue, WorkerLeases, Notification, 
     def set_watch_authorizer(self, fn: WatchAuthorizer | None) -> None:
         """Replace the watch authorizer; None denies every cross-user join."""
         self._policy.watch_authorizer = fn
+
+    def cancel_overdue_workflows(self, now: datetime, limit: int = 100) -> list[str]:
+        """Cancel (reason ``deadline``) the running workflows past their deadline at ``now``.
+
+        Each cancel checks the deadline again under the workflow's lock, so two
+        workers sweeping at once cancel a workflow once. Returns the ones cancelled.
+        """
+        return [
+            workflow_id
+            for workflow_id in self.overdue_workflows(now, limit)
+            if self.cancel_workflow(workflow_id, None, reason=CancelReason.DEADLINE, now=now)
+        ]
 
     def end_and_claim(
         self,

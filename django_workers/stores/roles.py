@@ -194,13 +194,36 @@ class RunQueue(Protocol):
 
     @abc.abstractmethod
     def cancel_workflow(
-        self, workflow_id: str, undo: bool | None, drop_undo: bool = False
+        self,
+        workflow_id: str,
+        undo: bool | None,
+        drop_undo: bool = False,
+        reason: CancelReason = CancelReason.USER,
+        now: datetime | None = None,
     ) -> bool | None:
         """Cancel a workflow in one transaction; None if missing, False if it had ended.
 
         ``undo=False`` drops the compensation of an accepted cancel only with
         ``drop_undo``; else it raises WorkflowCancelNarrows and changes nothing.
+        ``reason`` is what the stopped nodes are told; the first cancel's reason is
+        the workflow's. A ``deadline`` cancel applies only, checked under the lock,
+        to a run past its deadline at ``now`` that no cancel has reached (else
+        False). ``now``: the instant of the cancel, the store's clock by default.
         """
+
+    @abc.abstractmethod
+    def rerun_workflow(self, workflow_id: str, plan_hash: str | None) -> bool | None:
+        """Run an ended workflow again from where it failed, in one transaction; None if missing.
+
+        Under the row's lock: refuses (WorkflowCannotRerun, nothing written) a
+        workflow not failed, cancelled or compensation_failed, or whose plan hash is
+        not ``plan_hash`` when given. Else its not-completed nodes get fresh records
+        (new run ids, their ``errors`` kept), ``runs`` grows by one, and it runs.
+        """
+
+    @abc.abstractmethod
+    def overdue_workflows(self, now: datetime, limit: int) -> list[str]:
+        """Ids of up to ``limit`` running workflows past their deadline at ``now``, uncancelled."""
 
     @abc.abstractmethod
     def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:

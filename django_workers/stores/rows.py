@@ -34,6 +34,15 @@ FRESH_VALUES: Mapping[str, Any] = MappingProxyType(
 )
 
 
+def fresh_run(run_id: str) -> dict[str, Any]:
+    """The columns that start a workflow node's record over as run ``run_id``, WAITING.
+
+    ``errors`` is kept: a re-run's node still shows why its earlier runs failed.
+    """
+    fresh = {name: value for name, value in FRESH_VALUES.items() if name != "errors"}
+    return {**fresh, "status": TaskStatus.WAITING, "run_id": run_id, "run_after": None}
+
+
 def row_of(new: NewTask) -> dict[str, Any]:
     """The column values of a fresh record."""
     return {

@@ -117,6 +117,9 @@ class NewWorkflow:
     #: The row's ``state``, ``outcome``, ``unabsorbed_failure``, ``cancel_undo`` and ``nodes``.
     state: Mapping[str, Any]
     created_at: datetime
+    #: Seconds the workflow may run, and when its first run passes them (None: no deadline).
+    deadline: float | None = None
+    deadline_at: datetime | None = None
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 
 ``machine`` is the pure state machine that decides what each end of a node
 does (it imports no Django); ``builder`` declares a workflow and checks it into
-a ``WorkflowPlan``; ``handles`` submits, reads, waits for and cancels one;
+a ``WorkflowPlan``; ``handles`` submits, reads, waits for, cancels and re-runs one;
 ``records`` and ``persistence`` are how the stores keep and advance them.
 """
 
@@ -13,6 +13,7 @@ from django_workers.exceptions import (
     InvalidWorkflow,
     WorkflowAlreadyFinished,
     WorkflowCancelNarrows,
+    WorkflowCannotRerun,
     WorkflowExists,
     WorkflowNotFound,
 )
@@ -23,6 +24,7 @@ from django_workers.workflows.handles import (
     get_all_workflows,
     get_workflow_status,
     open_workflow,
+    rerun_workflow,
 )
 from django_workers.workflows.plan import WorkflowPlan
 
@@ -32,6 +34,7 @@ __all__ = [
     "Workflow",
     "WorkflowAlreadyFinished",
     "WorkflowCancelNarrows",
+    "WorkflowCannotRerun",
     "WorkflowExists",
     "WorkflowHandle",
     "WorkflowInfo",
@@ -43,4 +46,5 @@ __all__ = [
     "get_all_workflows",
     "get_workflow_status",
     "open_workflow",
+    "rerun_workflow",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Final, Self
 
 from django.db import InterfaceError, OperationalError
@@ -29,7 +30,7 @@ from django_workers.authority import (
     scoped_task_key,
     user_id_of,
 )
-from django_workers.bounds import NODE_NAME_MAX_LENGTH
+from django_workers.bounds import NODE_NAME_MAX_LENGTH, SECONDS_MAX
 from django_workers.engine import machine
 from django_workers.engine.records import (
     node_key,
@@ -203,11 +204,14 @@ class Workflow:
         *,
         fail_fast: bool = False,
         undo_on_cancel: bool = True,
+        deadline: float | timedelta | None = None,
     ) -> None:
         self.authority = check_authority(authority)
         self.id = id
         self.fail_fast = fail_fast
         self.undo_on_cancel = undo_on_cancel
+        #: Seconds (or a timedelta) from submit after which the workflow is cancelled.
+        self.deadline = deadline
         self._nodes: list[WorkflowNode] = []
         self._problems: list[str] = []
 
@@ -243,6 +247,7 @@ class Workflow:
         for flag in ("fail_fast", "undo_on_cancel"):
             if not isinstance(getattr(self, flag), bool):
                 problems.append(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
+        deadline = _deadline_seconds(self.deadline, problems)
         if not self._nodes:
             problems.append("A workflow needs at least one node; add one with wf.add(name, task).")
         problems.extend(self._problems)
@@ -257,6 +262,7 @@ class Workflow:
             fail_fast=self.fail_fast,
             undo_on_cancel=self.undo_on_cancel,
             nodes=tuple(node for node in nodes if node is not None),
+            deadline=deadline,
         )
         self._authorize(plan, store if store is not None else default_store())
         return plan
@@ -389,6 +395,29 @@ def _plan_undo(call: _Call, where: str, problems: list[str]) -> UndoPlan | None:
     return UndoPlan(task_path=path, args=args, kwargs=kwargs, queue=queue, options=options)
 
 
+def _deadline_seconds(deadline: object, problems: list[str]) -> float | None:
+    """The deadline in seconds, or None; a problem is recorded for anything else."""
+    if deadline is None:
+        return None
+    if isinstance(deadline, timedelta):
+        seconds: object = deadline.total_seconds()
+    elif isinstance(deadline, int | float) and not isinstance(deadline, bool):
+        seconds = float(deadline)
+    else:
+        problems.append(
+            f"deadline must be a number of seconds or a timedelta, got {type(deadline).__name__}."
+        )
+        return None
+    assert isinstance(seconds, float)
+    if not (0 < seconds <= SECONDS_MAX):  # a NaN fails this too
+        problems.append(
+            f"deadline must be more than 0 s and at most {SECONDS_MAX} s (ten years), "
+            f"got {deadline!r}."
+        )
+        return None
+    return seconds
+
+
 def _queue_name(queue: object) -> str:
     # _check_queue is cached, so only a hashable value may reach it.
     name = _check_queue(queue) if isinstance(queue, str) else _check_queue.__wrapped__(queue)
@@ -479,6 +508,8 @@ def _write(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> Work
         undo_on_cancel=plan.undo_on_cancel,
         state=row_fields(row, start.state),
         created_at=now,
+        deadline=plan.deadline,
+        deadline_at=None if plan.deadline is None else now + timedelta(seconds=plan.deadline),
     )
     try:
         existing = store.submit_workflow(workflow, tasks)

@@ -1,4 +1,4 @@
-"""Workflow handles: submit a checked plan, then read, wait for and cancel it from any process.
+"""Workflow handles: read, wait for, cancel and re-run a submitted workflow from any process.
 
 Every call takes an authority, as the task API does. An ``Owner`` sees only
 the workflows they own (ids ``"<user_id>::<key>"``); ``System()`` sees every
@@ -25,6 +25,7 @@ from django_workers.authority import (
 from django_workers.cancellation import CancelReason
 from django_workers.engine.records import SHOWN_STATES, WorkflowInfo
 from django_workers.exceptions import (
+    AuthorizationError,
     InvalidWorkflow,
     WorkflowAlreadyFinished,
     WorkflowNotFound,
@@ -34,6 +35,8 @@ from django_workers.stores import WorkerStore, default_store
 
 #: The states a snapshot shows, and ``get_all_workflows(state=...)`` filters on.
 STATES: Final = SHOWN_STATES
+#: The reasons a workflow's cancel gives the nodes it stops.
+_STOPS: Final = frozenset({CancelReason.USER, CancelReason.DEADLINE})
 
 
 class WorkflowHandle:
@@ -63,6 +66,10 @@ class WorkflowHandle:
         return cancel_workflow(
             self.id, self._authority, undo=undo, drop_undo=drop_undo, store=self._store
         )
+
+    def rerun(self, *, plan_hash: str | None = None) -> WorkflowInfo:
+        """Run the workflow again from where it failed; see ``rerun_workflow``."""
+        return rerun_workflow(self.id, self._authority, plan_hash=plan_hash, store=self._store)
 
     def _late(self, timeout: float) -> str:
         return (
@@ -132,6 +139,36 @@ def cancel_workflow(
     return after
 
 
+def rerun_workflow(
+    workflow_id: str,
+    authority: Authority,
+    *,
+    plan_hash: str | None = None,
+    store: WorkerStore | None = None,
+) -> WorkflowInfo:
+    """Run a failed, cancelled or compensation_failed workflow again; return its new snapshot.
+
+    Completed nodes keep their results and do not run again; the failed,
+    cancelled, never-run and undone nodes (and the nodes after them) run again in
+    dependency order, under new run ids, keeping their earlier errors. The state
+    and ``plan_hash`` (if given: the hash the caller read) are checked in the same
+    transaction that sets the workflow running; ``runs`` counts the runs.
+    WorkflowCannotRerun says why a workflow cannot be re-run (a compensated one
+    was undone). The owner or ``System()`` may re-run a workflow.
+    """
+    if plan_hash is not None and not isinstance(plan_hash, str):
+        raise InvalidWorkflow(f"plan_hash must be a string or None, got {plan_hash!r}.")
+    store = store or default_store()
+    info = get_workflow_status(workflow_id, authority, store=store)
+    if not _may_write(info, authority):
+        raise AuthorizationError(
+            f"Only the owner of workflow {info.id!r} or System() may re-run it."
+        )
+    if store.rerun_workflow(info.id, plan_hash) is None:
+        raise WorkflowNotFound(workflow_id)
+    return get_workflow_status(info.id, authority, store=store)
+
+
 def get_all_workflows(
     authority: Authority,
     *,
@@ -177,11 +214,16 @@ def _can_see(info: WorkflowInfo, authority: Authority) -> bool:
     return not isinstance(authority, Owner) or info.owner == authority.user_id
 
 
+def _may_write(info: WorkflowInfo, authority: Authority) -> bool:
+    """Whether the authority may change what the workflow does: its owner or System()."""
+    return not isinstance(authority, Owner) or info.owner == authority.user_id
+
+
 def _deliver_cancels(store: WorkerStore, info: WorkflowInfo) -> None:
     """Set the token of this process's runs the cancel asked to stop (others poll or LISTEN)."""
     for task_id in _stopped(info):
         record = store.get_task_info(task_id)
-        if record is not None and record.worker_id and record.cancel_reason == CancelReason.USER:
+        if record is not None and record.worker_id and record.cancel_reason in _STOPS:
             deliver_cancel(store, record)
 
 

@@ -15,8 +15,9 @@ with the nodes in the order they were added, each
      "options": dict, "undo": null | {"task", "args", "kwargs", "queue", "options"}}
 
 Arguments appear as they will be stored (after the JSON round trip), options
-as ``TaskOptions.to_json()`` gives them. The workflow id and its owner are not
-hashed: the id is what two plans are compared under.
+as ``TaskOptions.to_json()`` gives them. The workflow id, its owner and its deadline
+are not hashed: the id is what two plans are compared under, and a deadline
+bounds a run rather than saying what runs.
 """
 
 from __future__ import annotations
@@ -100,6 +101,8 @@ class WorkflowPlan:
     undo_on_cancel: bool
     #: In the order they were added.
     nodes: tuple[NodePlan, ...]
+    #: Seconds from submit (and from each re-run) after which it is cancelled; not hashed.
+    deadline: float | None = None
     plan_hash: str = field(init=False)
 
     def __post_init__(self) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -211,3 +213,66 @@ def test_sixteen_threads_submitting_one_workflow_make_one(store: DatabaseWorkerS
     assert [h.id for h in handles] == ["race"] * 16
     assert WorkflowRecord.objects.count() == 1
     assert sorted(TaskRecord.objects.values_list("id", flat=True)) == ["race:a", "race:b"]
+
+
+def test_a_workflow_failed_at_its_fourth_of_six_steps_reruns_four_to_six_and_completes(
+    store: DatabaseWorkerStore, worker_processes: WorkerProcesses, tmp_path: Path
+) -> None:
+    serve(worker_processes, "default")
+    fixed = tmp_path / "fixed"
+    wf = Workflow("six", System())
+    previous = wf.add("s1", tasks.wf_value, args=[1])
+    for number in (2, 3):
+        previous = wf.add(f"s{number}", tasks.wf_value, args=[number]).after(previous)
+    previous = wf.add("s4", tasks.wf_value_once_fixed, args=[4, str(fixed)]).after(previous)
+    previous = wf.add("s5", tasks.wf_value, args=[5]).after(previous)
+    wf.add("s6", tasks.wf_sum, args=["s1", "s2", "s3", "s4", "s5"]).after(previous)
+    handle = wf.submit()
+    failed = handle.wait(WAIT)
+    assert failed.state == "failed"
+    assert states(failed) == {
+        **dict.fromkeys(["s1", "s2", "s3"], "completed"),
+        "s4": "failed",
+        **dict.fromkeys(["s5", "s6"], "cancelled"),
+    }
+
+    fixed.touch()
+    again = handle.rerun(plan_hash=failed.plan_hash)
+    assert again.runs == 2
+    info = handle.wait(WAIT)
+
+    assert info.state == "completed"
+    assert info.runs == 2
+    assert store.get_task_info("six:s6").result == 15  # type: ignore[union-attr]
+    s4 = store.get_task_info("six:s4")
+    assert s4 is not None
+    assert [f.type for f in s4.errors] == ["builtins.RuntimeError"]
+    assert executions() == Counter(
+        {"six:s1": 1, "six:s2": 1, "six:s3": 1, "six:s4": 2, "six:s5": 1, "six:s6": 1}
+    )
+
+
+@pytest.mark.parametrize("undo", [False, True])
+def test_a_workflow_with_a_two_second_deadline_and_a_stuck_step_is_cancelled_at_two_seconds(
+    store: DatabaseWorkerStore, worker_processes: WorkerProcesses, undo: bool
+) -> None:
+    serve(worker_processes, "default")
+    wf = Workflow("timed", System(), deadline=timedelta(seconds=2), undo_on_cancel=undo)
+    first = wf.add("first", tasks.wf_value, args=[1]).undo(tasks.wf_value, args=[-1])
+    stuck = wf.add("stuck", tasks.wait_for_cancel).after(first)
+    wf.add("never", tasks.wf_value, args=[3]).after(stuck)
+
+    info = wf.submit().wait(WAIT)
+
+    assert info.state == ("compensated" if undo else "cancelled")
+    assert info.cancel_reason == "deadline"
+    assert states(info) == {"first": "completed", "stuck": "cancelled", "never": "cancelled"}
+    record = store.get_task_info("timed:stuck")
+    assert record is not None
+    assert record.cancel_reason == "deadline"
+    assert info.finished_at is not None
+    took = (info.finished_at - info.created_at).total_seconds()
+    # The sweep looks every second and a worker reads the stop within half a second.
+    assert 2.0 <= took < 6.0, took
+    assert "timed:never" not in executions()
+    assert executions()["timed:first:undo"] == (1 if undo else 0)

@@ -439,3 +439,60 @@ def test_cancel_selected_without_undo_keeps_an_undo_already_asked_for(
         "use the workflow's page (it asks you to confirm)."
     ]
     assert now(shipping).cancel_undo is True
+
+
+# -- the Re-run button -------------------------------------------------------------------------
+
+
+def rerun_url(workflow_id: str) -> str:
+    return reverse("admin:django_workers_workflowrecord_rerun", args=[quote(workflow_id)])
+
+
+@pytest.fixture
+def failed(world: World) -> str:
+    """Alice's workflow failed at its second step (``first`` completed, ``second`` failed)."""
+    wf = Workflow("pipeline", Owner.for_user(world.users["owner"]))
+    first = wf.add("first", add, args=[1, 1], queue="steps")
+    wf.add("second", "tests.tasks.wf_fail", queue="steps").after(first)
+    workflow_id = wf.submit().id
+    run_tasks(queues=["steps"])
+    assert now(workflow_id).state == "failed"
+    return workflow_id
+
+
+def test_only_an_ended_workflow_that_kept_its_steps_offers_a_rerun(
+    world: World, failed: str
+) -> None:
+    client = world.client("owner")
+    page = client.get(change_url(failed)).content.decode()
+    assert _buttons(page) == {"dw-rerun"}
+    assert f'name="plan_hash" value="{now(failed).plan_hash}"' in page
+    for other in (world.live, world.done):
+        assert "dw-rerun" not in client.get(change_url(other)).content.decode()
+
+
+@pytest.mark.parametrize("role", sorted(CANCELS_ALICE))
+def test_rerun_runs_the_failed_steps_again(world: World, failed: str, role: str) -> None:
+    client = world.client(role)
+    response = client.post(rerun_url(failed), {"plan_hash": now(failed).plan_hash})
+    assert response.status_code == CANCELS_ALICE[role]
+    info = now(failed)
+    if response.status_code == 302:
+        assert (info.state, info.runs) == ("running", 2)
+        page = client.get(response["Location"]).content.decode()
+        assert "runs again (run 2): 1 of its 2 steps run again" in page
+        assert [node.state for node in info.nodes] == ["completed", "pending"]
+    else:
+        assert (info.state, info.runs) == ("failed", 1)
+
+
+def test_rerun_of_another_plan_or_a_completed_workflow_reports_why(
+    world: World, failed: str
+) -> None:
+    client = world.client("owner")
+    response = client.post(rerun_url(failed), {"plan_hash": "0" * 64}, follow=True)
+    assert "its plan is not the one with hash 000000000000" in response.content.decode()
+    assert now(failed).state == "failed"
+    response = client.post(rerun_url(world.done), follow=True)
+    assert "it completed; there is nothing to run again" in response.content.decode()
+    assert client.get(rerun_url(failed)).status_code == 405

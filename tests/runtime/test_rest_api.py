@@ -375,6 +375,7 @@ def test_the_schema_describes_this_apps_routes_only(schema):
         ("/workers/workflows/{workflow_id}/", "get"),
         ("/workers/workflows/{workflow_id}/actions/cancel/", "get"),
         ("/workers/workflows/{workflow_id}/actions/cancel/", "patch"),
+        ("/workers/workflows/{workflow_id}/actions/rerun/", "patch"),
     }
 
 
@@ -406,6 +407,11 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
     cancel_path = "/workers/tasks/{task_id}/actions/cancel/"
     flows_path, flow_path = WORKFLOWS, "/workers/workflows/{workflow_id}/"
     flow_cancel_path = "/workers/workflows/{workflow_id}/actions/cancel/"
+    flow_rerun_path = "/workers/workflows/{workflow_id}/actions/rerun/"
+    failed = Workflow("order-3", Owner.for_user(users["owner"]))
+    failed.add("explode", "tests.tasks.wf_fail", queue="boom")
+    failed_flow = f"{WORKFLOWS}{quote(failed.submit().id, safe='')}/"
+    run_tasks(queues=["boom"])
     with override_settings(
         REST_FRAMEWORK={
             "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.BasicAuthentication"]
@@ -420,6 +426,7 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
             (flow_path, "get", anonymous.get(flow)),
             (flow_cancel_path, "patch", anonymous.patch(f"{flow}actions/cancel")),
             (flow_cancel_path, "get", anonymous.get(f"{flow}actions/cancel")),
+            (flow_rerun_path, "patch", anonymous.patch(f"{failed_flow}actions/rerun")),
         ]
     xml = {"format": "xml"}
     not_acceptable = [
@@ -431,6 +438,7 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
         (flow_path, "get", owner.get(flow, xml)),
         (flow_cancel_path, "get", owner.get(f"{flow}actions/cancel", xml)),
         (flow_cancel_path, "patch", owner.patch(f"{flow}actions/cancel?format=xml")),
+        (flow_rerun_path, "patch", owner.patch(f"{failed_flow}actions/rerun?format=xml")),
     ]
     assert {response.status_code for _path, _method, response in not_acceptable} == {406}
     answers = [
@@ -470,6 +478,12 @@ def test_every_documented_answer_of_every_route_validates_against_the_schema(
         (flow_cancel_path, "patch", stranger.patch(f"{flow}actions/cancel")),
         (flow_cancel_path, "patch", owner.patch(f"{flow}actions/cancel")),  # compensating
         (flow_cancel_path, "patch", owner.patch(f"{ended_flow}actions/cancel?undo=false")),
+        (flow_rerun_path, "patch", owner.patch(f"{failed_flow}actions/rerun?plan_hash=x")),
+        (flow_rerun_path, "patch", owner.patch(f"{WORKFLOWS}1::a%00/actions/rerun")),
+        (flow_rerun_path, "patch", anonymous.patch(f"{failed_flow}actions/rerun")),
+        (flow_rerun_path, "patch", stranger.patch(f"{failed_flow}actions/rerun")),
+        (flow_rerun_path, "patch", owner.patch(f"{ended_flow}actions/rerun")),
+        (flow_rerun_path, "patch", owner.patch(f"{failed_flow}actions/rerun")),
     ]
     seen = set()
     for path, method, response in answers:

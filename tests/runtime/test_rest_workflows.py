@@ -177,8 +177,9 @@ def test_a_workflow_answers_its_nodes_deps_tasks_and_undo_steps(users, charged):
     flow = client_for(users["owner"]).get(url(charged)).json()
     assert set(flow) == {
         "id", "key", "owner", "state", "fail_fast", "undo_on_cancel", "plan_hash",
-        "created_at", "finished_at", "nodes",
+        "created_at", "finished_at", "runs", "cancel_reason", "deadline_at", "nodes",
     }  # fmt: skip
+    assert (flow["runs"], flow["cancel_reason"], flow["deadline_at"]) == (1, None, None)
     assert flow["key"] == "order-8"
     assert flow["owner"] == str(users["owner"].pk)
     assert flow["state"] == "running"
@@ -518,3 +519,75 @@ def test_get_on_a_cancel_url_is_405_allowing_patch(users, running, kind):
     assert response.json()["error"] == "method_not_allowed"
     assert "PATCH" in response.json()["detail"]
     assert now(running).state == "running"
+
+
+# -- re-running and deadlines ------------------------------------------------------------------
+
+
+@pytest.fixture
+def failed(users: dict[str, User]) -> str:
+    """The owner's workflow failed at its second step: ``first`` completed, ``second`` failed."""
+    wf = Workflow("pipeline-1", Owner.for_user(users["owner"]))
+    first = wf.add("first", add, args=[1, 1], queue="steps")
+    wf.add("second", "tests.tasks.wf_fail", queue="steps").after(first)
+    workflow_id = wf.submit().id
+    run_tasks(queues=["steps"])
+    assert now(workflow_id).state == "failed"
+    return workflow_id
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_only_the_owner_and_privileged_users_rerun_a_workflow(role, users, failed):
+    response = client_for(users[role]).patch(url(failed, "actions/rerun"))
+    after = now(failed)
+    if role in SEES:
+        assert response.status_code == 200
+        flow = response.json()
+        assert (flow["state"], flow["runs"]) == ("running", 2)
+        assert [node["state"] for node in flow["nodes"]] == ["completed", "pending"]
+    else:
+        assert response.status_code == 404
+        assert response.json() == missing_body()
+        assert (after.state, after.runs) == ("failed", 1)
+
+
+def test_a_rerun_names_the_plan_it_read(users, failed):
+    client = client_for(users["owner"])
+    other = client.patch(url(failed, "actions/rerun"), QUERY_STRING="plan_hash=" + "0" * 64)
+    assert other.status_code == 409
+    assert other.json()["error"] == "cannot_rerun"
+    assert now(failed).state == "failed"
+    bad = client.patch(url(failed, "actions/rerun"), QUERY_STRING="plan_hash=nothex")
+    assert bad.status_code == 400
+    assert "64 hex digits" in str(bad.json())
+    same = client.patch(
+        url(failed, "actions/rerun"), QUERY_STRING=f"plan_hash={now(failed).plan_hash}"
+    )
+    assert same.status_code == 200
+
+
+def test_a_running_or_compensated_workflow_is_409_and_says_why(users, running, charged):
+    client = client_for(users["owner"])
+    response = client.patch(url(running, "actions/rerun"))
+    assert response.status_code == 409
+    assert "it is running" in response.json()["detail"]
+    client.patch(url(charged, "actions/cancel"))
+    run_tasks(queues=["refunds"])
+    assert now(charged).state == "compensated"
+    response = client.patch(url(charged, "actions/rerun"))
+    assert response.status_code == 409
+    assert response.json()["error"] == "cannot_rerun"
+    assert "undone" in response.json()["detail"]
+
+
+def test_a_deadline_shows_and_its_cancel_answers_its_reason(users):
+    wf = Workflow("timed", Owner.for_user(users["owner"]), deadline=60)
+    wf.add("step", add, args=[1, 2], queue="timed")
+    workflow_id = wf.submit().id
+    flow = client_for(users["owner"]).get(url(workflow_id)).json()
+    assert flow["deadline_at"] is not None
+    store = default_store()
+    assert store.cancel_overdue_workflows(now(workflow_id).deadline_at) == [workflow_id]
+    flow = client_for(users["owner"]).get(url(workflow_id)).json()
+    assert (flow["state"], flow["cancel_reason"]) == ("cancelled", "deadline")
+    assert flow["nodes"][0]["reason"] == "Cancelled by its workflow's deadline"

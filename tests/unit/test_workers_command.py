@@ -1,4 +1,4 @@
-"""``manage.py workers``: status, list, show, cancel, retry and purge on real records."""
+"""``manage.py workers``: every subcommand (rerun-workflow too) on real records."""
 
 from __future__ import annotations
 
@@ -260,6 +260,33 @@ def test_cancel_answers_per_id_and_fails_if_any_was_not_cancelled() -> None:
 def test_cancel_exits_zero_when_all_were_cancelled() -> None:
     ids = [submit("x"), submit("y", System())]
     assert [r["outcome"] for r in workers_json("cancel", *ids)] == ["cancelled", "cancelled"]
+
+
+# -- rerun-workflow --
+
+
+def test_rerun_workflow_answers_per_id_and_fails_if_any_was_not_rerun() -> None:
+    from django_workers.testing import run_tasks
+    from django_workers.workflows import Workflow, get_workflow_status
+
+    wf = Workflow("pipeline", ALICE)
+    first = wf.add("first", "tests.tasks.add", args=[1, 1], queue="steps")
+    wf.add("second", "tests.tasks.wf_fail", queue="steps").after(first)
+    failed = wf.submit().id
+    run_tasks(queues=["steps"])
+    running = Workflow("live", ALICE)
+    running.add("only", "tests.tasks.noop", queue="idle")
+    live = running.submit().id
+
+    error, out = failing("rerun-workflow", failed, live, "alice::missing")
+
+    assert error.returncode == 1
+    assert str(error) == "2 of 3 workflows not re-run."
+    lines = out.splitlines()
+    assert lines[0] == f"{failed}: re-run (run 2, 1 of 2 nodes run again)"
+    assert lines[1].startswith(f"{live}: refused (Workflow {live!r} cannot be re-run: it is")
+    assert lines[2] == "alice::missing: not found"
+    assert get_workflow_status(failed, System()).state == "running"
 
 
 # -- retry --

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from datetime import date
+from datetime import date, timedelta
 
 import pytest
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
@@ -139,6 +139,44 @@ def test_a_workflow_needs_a_node(store: InMemoryWorkerStore) -> None:
     assert problems_of(Workflow("empty", System()), store) == (
         "A workflow needs at least one node; add one with wf.add(name, task).",
     )
+
+
+@pytest.mark.parametrize(
+    ("deadline", "seconds"), [(2, 2.0), (0.5, 0.5), (timedelta(minutes=10), 600.0), (None, None)]
+)
+def test_a_deadline_is_seconds_or_a_timedelta_and_not_hashed(
+    deadline: object, seconds: float | None, store: InMemoryWorkerStore
+) -> None:
+    timed = Workflow("timed", System(), deadline=deadline)  # type: ignore[arg-type]
+    timed.add("only", tasks.noop)
+    plain = Workflow("timed", System())
+    plain.add("only", tasks.noop)
+    plan = timed.plan(store)
+    assert plan.deadline == seconds
+    assert plan.plan_hash == plain.plan(store).plan_hash
+
+
+@pytest.mark.parametrize(
+    ("deadline", "problem"),
+    [
+        (0, "deadline must be more than 0 s and at most"),
+        (-1, "deadline must be more than 0 s and at most"),
+        (float("nan"), "deadline must be more than 0 s and at most"),
+        (timedelta(days=4000), "deadline must be more than 0 s and at most"),
+        (True, "deadline must be a number of seconds or a timedelta, got bool."),
+        ("60", "deadline must be a number of seconds or a timedelta, got str."),
+    ],
+)
+def test_a_deadline_that_is_not_a_positive_duration_is_bad_input(
+    deadline: object, problem: str, store: InMemoryWorkerStore
+) -> None:
+    wf = Workflow("timed", System(), deadline=deadline)  # type: ignore[arg-type]
+    wf.add("only", tasks.noop)
+    [found] = problems_of(wf, store)
+    assert found.startswith(problem)
+    with pytest.raises(InvalidWorkflow):
+        wf.submit(store)
+    assert store.get_workflow("timed") is None
 
 
 def test_invalid_workflow_is_bad_input_carrying_its_problems() -> None:

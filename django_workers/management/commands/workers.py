@@ -1,12 +1,13 @@
 """``manage.py workers``: the operators' tool to see and manage tasks and workers.
 
-Subcommands: status, list, show, cancel, retry, purge, schedules. It acts as ``System()``:
-it sees and manages every user's tasks. Tables for people, ``--json`` for
-scripts. The work is done by ``django_workers.operations`` and the public API;
-this module parses and prints.
+Subcommands: status, list, show, cancel, retry, rerun-workflow, purge, schedules.
+It acts as ``System()``: it sees and manages every user's tasks and workflows.
+Tables for people, ``--json`` for scripts. The work is done by
+``django_workers.operations`` and the public API; this module parses and prints.
 
-Exit codes: 0 done; 1 a task could not be cancelled or retried, or the store
-keeps no records this process can see; 2 bad command-line arguments.
+Exit codes: 0 done; 1 a task could not be cancelled or retried (or a workflow
+re-run), or the store keeps no records this process can see; 2 bad command-line
+arguments.
 """
 
 from __future__ import annotations
@@ -29,11 +30,13 @@ from django_workers.exceptions import (
     TaskAlreadyFinished,
     TaskNotFound,
     WorkersError,
+    WorkflowNotFound,
 )
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.management.arguments import limit, owner, seconds, task_status
 from django_workers.periodic.overview import ScheduleView, schedule_overview
 from django_workers.stores import WorkerStore, default_store
+from django_workers.workflows import rerun_workflow
 
 HELP = (
     "See and manage django-workers tasks and workers. Acts as System(): it sees, "
@@ -69,6 +72,13 @@ class Command(BaseCommand):
         retry.add_argument(
             "--completed", action="store_true", help="Also run COMPLETED tasks again."
         )
+        rerun = sub.add_parser(
+            "rerun-workflow",
+            parents=[common],
+            help="Run failed, cancelled or compensation_failed workflows again from where they "
+            "failed; completed steps keep their results.",
+        )
+        rerun.add_argument("workflow_ids", metavar="ID", nargs="+")
         purge = sub.add_parser(
             "purge",
             parents=[common],
@@ -106,7 +116,7 @@ class Command(BaseCommand):
             raise CommandError(problem)
         self.as_json = options["json"]
         handler: Callable[[WorkerStore, dict[str, Any]], None] = getattr(
-            self, f"do_{options['subcommand']}"
+            self, f"do_{options['subcommand'].replace('-', '_')}"
         )
         handler(store, options)
 
@@ -163,6 +173,10 @@ class Command(BaseCommand):
         ]
         self._outcomes(results, "retried")
 
+    def do_rerun_workflow(self, store: WorkerStore, options: dict[str, Any]) -> None:
+        results = [rerun_one(workflow_id, store) for workflow_id in options["workflow_ids"]]
+        self._outcomes(results, "re-run", "workflows")
+
     def do_purge(self, store: WorkerStore, options: dict[str, Any]) -> None:
         try:
             plan = operations.purge_plan(options["statuses"], options["older_than"])
@@ -200,7 +214,7 @@ class Command(BaseCommand):
 
     # -- output --
 
-    def _outcomes(self, results: list[dict[str, str]], success: str) -> None:
+    def _outcomes(self, results: list[dict[str, str]], success: str, noun: str = "tasks") -> None:
         if self.as_json:
             self._json(results)
         else:
@@ -210,7 +224,7 @@ class Command(BaseCommand):
                 )
         failed = sum(r["outcome"] != success for r in results)
         if failed:
-            raise CommandError(f"{failed} of {len(results)} tasks not {success}.", returncode=1)
+            raise CommandError(f"{failed} of {len(results)} {noun} not {success}.", returncode=1)
 
     def _json(self, data: Any) -> None:
         self.stdout.write(json.dumps(data, indent=2, sort_keys=True))
@@ -246,6 +260,22 @@ def retry_one(task_id: str, completed: bool, store: WorkerStore) -> dict[str, st
     except WorkersError as e:  # not retryable, refused by the queue authorizer, moved task
         return {"id": task_id, "outcome": "refused", "detail": str(e)}
     return {"id": task_id, "outcome": "retried", "detail": f"was {old.status}, new run {run_id}"}
+
+
+def rerun_one(workflow_id: str, store: WorkerStore) -> dict[str, str]:
+    """Re-run one ended workflow as System(); say what happened."""
+    try:
+        info = rerun_workflow(workflow_id, System(), store=store)
+    except WorkflowNotFound:
+        return {"id": workflow_id, "outcome": "not found", "detail": ""}
+    except WorkersError as e:  # not re-runnable (running, completed, compensated)
+        return {"id": workflow_id, "outcome": "refused", "detail": str(e)}
+    again = sum(1 for node in info.nodes if node.state != "completed")
+    return {
+        "id": workflow_id,
+        "outcome": "re-run",
+        "detail": f"run {info.runs}, {again} of {len(info.nodes)} nodes run again",
+    }
 
 
 # -- rendering --

@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING, Any
 
 from django_workers import local_wake
 from django_workers.cancellation import CancelReason
-from django_workers.core import NewTask
+from django_workers.core import NewTask, new_run_id
 from django_workers.engine import persistence
-from django_workers.info import TaskStatus
+from django_workers.info import TERMINAL_STATUSES, TaskStatus
 from django_workers.lifecycle import TaskEnd
-from django_workers.stores import sql
+from django_workers.stores import rows, sql
 
 if TYPE_CHECKING:
     from django_workers.stores.database.access import DatabaseAccess
@@ -73,6 +73,14 @@ class Book:
         self.queued = True
         self.store._records().filter(pk__in=[new.id for new in news]).delete()
         self.store._insert(news)
+
+    def reset_nodes(self, task_ids: Sequence[str]) -> int:
+        self.promote_now()
+        ended = self.store._records().filter(status__in=sorted(TERMINAL_STATUSES))
+        # One fenced update per record: each run gets its own id.
+        return sum(
+            ended.filter(pk=task_id).update(**rows.fresh_run(new_run_id())) for task_id in task_ids
+        )
 
     def wake(self) -> None:
         """After the commit: wake this machine's idle workers (SQLite) for what was queued."""

@@ -272,13 +272,31 @@ class DatabaseRunQueue(DatabaseAccess):
 
     @_one_writer
     def cancel_workflow(
-        self, workflow_id: str, undo: bool | None, drop_undo: bool = False
+        self,
+        workflow_id: str,
+        undo: bool | None,
+        drop_undo: bool = False,
+        reason: CancelReason = CancelReason.USER,
+        now: datetime | None = None,
     ) -> bool | None:
         book = Book(self, self._ends())
         with self._atomic():
-            cancelled = persistence.cancel(book, workflow_id, undo, clock.now(), drop_undo)
+            at = now or clock.now()
+            cancelled = persistence.cancel(book, workflow_id, undo, at, drop_undo, reason)
         book.wake()
         return cancelled
+
+    @_one_writer
+    def rerun_workflow(self, workflow_id: str, plan_hash: str | None) -> bool | None:
+        book = Book(self, self._ends())
+        with self._atomic():
+            rerun = persistence.rerun(book, workflow_id, plan_hash, clock.now())
+        book.wake()
+        return rerun
+
+    def overdue_workflows(self, now: datetime, limit: int) -> list[str]:
+        overdue = self._flows().overdue(now).order_by("deadline_at", "id")
+        return list(overdue.values_list("id", flat=True)[:limit])
 
     @_one_writer
     def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:

@@ -151,6 +151,8 @@ class DatabaseRecords(DatabaseAccess):
                         fail_fast=workflow.fail_fast,
                         undo_on_cancel=workflow.undo_on_cancel,
                         created_at=workflow.created_at,
+                        deadline=workflow.deadline,
+                        deadline_at=workflow.deadline_at,
                         **workflow.state,
                     )
             except IntegrityError:

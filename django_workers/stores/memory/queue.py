@@ -10,8 +10,9 @@ from typing import Any
 from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
 from django_workers.conf import served_fair
+from django_workers.core import new_run_id
 from django_workers.engine import persistence
-from django_workers.info import TaskInfo, TaskStatus
+from django_workers.info import TERMINAL_STATUSES, TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 from django_workers.stores import rows
 from django_workers.stores.base import NewTask
@@ -96,13 +97,38 @@ class MemoryRunQueue(MemoryState):
         return won
 
     def cancel_workflow(
-        self, workflow_id: str, undo: bool | None, drop_undo: bool = False
+        self,
+        workflow_id: str,
+        undo: bool | None,
+        drop_undo: bool = False,
+        reason: CancelReason = CancelReason.USER,
+        now: datetime | None = None,
     ) -> bool | None:
         book = _Book(self)
         with self._lock:
-            cancelled = persistence.cancel(book, workflow_id, undo, clock.now(), drop_undo)
+            at = now or clock.now()
+            cancelled = persistence.cancel(book, workflow_id, undo, at, drop_undo, reason)
         book.wake()
         return cancelled
+
+    def rerun_workflow(self, workflow_id: str, plan_hash: str | None) -> bool | None:
+        book = _Book(self)
+        with self._lock:
+            rerun = persistence.rerun(book, workflow_id, plan_hash, clock.now())
+        book.wake()
+        return rerun
+
+    def overdue_workflows(self, now: datetime, limit: int) -> list[str]:
+        with self._lock:
+            overdue = [
+                (row["deadline_at"], row["id"])
+                for row in self._flows.values()
+                if row["state"] == "running"
+                and row["cancel_undo"] is None
+                and row.get("deadline_at") is not None
+                and row["deadline_at"] <= now
+            ]
+        return [workflow_id for _at, workflow_id in sorted(overdue)[:limit]]
 
     def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
         with self._lock:
@@ -192,6 +218,15 @@ class _Book:
                 continue
             if row["cancel_reason"] == CancelReason.NONE:
                 row["cancel_reason"] = reason
+
+    def reset_nodes(self, task_ids: Sequence[str]) -> int:
+        reset = 0
+        for task_id in task_ids:
+            row = self.store._rows.get(task_id)
+            if row is not None and row["status"] in TERMINAL_STATUSES:
+                row.update(rows.fresh_run(new_run_id()))
+                reset += 1
+        return reset
 
     def wake(self) -> None:
         """Wake this process's idle workers for what became PENDING (after the lock)."""

@@ -83,6 +83,10 @@ class MemoryRecords(MemoryState):
                 "undo_on_cancel": workflow.undo_on_cancel,
                 "created_at": workflow.created_at,
                 "finished_at": None,
+                "runs": 1,
+                "cancel_reason": None,
+                "deadline": workflow.deadline,
+                "deadline_at": workflow.deadline_at,
                 **copy.deepcopy(dict(workflow.state)),
             }
             for task in tasks:

@@ -120,10 +120,16 @@ CREATE TABLE django_workers_workflowrecord (
     nodes jsonb NOT NULL,
     created_at timestamp with time zone NOT NULL,
     finished_at timestamp with time zone,
-    CONSTRAINT django_workers_workflowrecord_pkey PRIMARY KEY (id)
+    cancel_reason character varying(12),
+    deadline double precision,
+    deadline_at timestamp with time zone,
+    runs integer NOT NULL,
+    CONSTRAINT django_workers_workflowrecord_pkey PRIMARY KEY (id),
+    CONSTRAINT django_workers_workflowrecord_runs_check CHECK ((runs >= 0))
 );
 CREATE INDEX django_workers_workflowrecord_id_81754f12_like ON django_workers_workflowrecord USING btree (id varchar_pattern_ops);
 CREATE INDEX workers_workflow_created ON django_workers_workflowrecord USING btree (created_at DESC, id DESC);
+CREATE INDEX workers_workflow_deadline ON django_workers_workflowrecord USING btree (state, deadline_at);
 CREATE INDEX workers_workflow_finished ON django_workers_workflowrecord USING btree (state, finished_at);
 CREATE INDEX workers_workflow_owner ON django_workers_workflowrecord USING btree (owner, created_at DESC);
 
