@@ -21,6 +21,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST, require_safe
 
+from django_workers import visibility
 from django_workers.admin.base import (
     OwnerFilter,
     ReadOnlyAdmin,
@@ -113,7 +114,7 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRecord]:
         user_id = user_id_of(authority_for_user(request.user))
-        return WorkflowRecord.objects.visible_to(user_id)
+        return WorkflowRecord.objects.filter(visibility.workflows(user_id))
 
     def get_urls(self) -> list[URLPattern]:
         # The list, a workflow's page and its cancel: nothing adds, edits or deletes one.

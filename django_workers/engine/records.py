@@ -213,6 +213,8 @@ class WorkflowInfo:
     nodes: tuple[WorkflowNodeInfo, ...]
     #: None until a cancel is accepted; then whether it undoes completed steps.
     cancel_undo: bool | None = None
+    #: The user ids that may read and cancel it (and its nodes' records), owner first.
+    watchers: tuple[str, ...] = ()
 
     @property
     def is_finished(self) -> bool:
@@ -285,7 +287,15 @@ def info_of(row: Mapping[str, Any], records: Mapping[str, NodeRecord]) -> Workfl
         finished_at=row["finished_at"],
         nodes=tuple(nodes),
         cancel_undo=row.get("cancel_undo"),
+        watchers=watchers_of(row),
     )
+
+
+def watchers_of(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """The user ids that may see a workflow ``row``: its owner first, then its watchers."""
+    owner = row["owner"]
+    granted = [w for w in row.get("watchers") or () if w != owner]
+    return tuple(([owner] if owner else []) + granted)
 
 
 def _undo_info(

@@ -144,6 +144,7 @@ class WorkflowSerializer(serializers.Serializer):
     plan_hash = serializers.CharField(read_only=True)
     created_at = serializers.DateTimeField(read_only=True)
     finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    watchers = serializers.ListField(child=serializers.CharField(), read_only=True)
     nodes = WorkflowNodeSerializer(many=True, read_only=True)
 
 

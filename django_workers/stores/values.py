@@ -117,6 +117,8 @@ class NewWorkflow:
     #: The row's ``state``, ``outcome``, ``unabsorbed_failure``, ``cancel_undo`` and ``nodes``.
     state: Mapping[str, Any]
     created_at: datetime
+    #: The user ids granted read and cancel besides the owner (its nodes get them too).
+    watchers: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

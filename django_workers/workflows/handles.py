@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from django_workers import visibility
 from django_workers.api import MAX_LIMIT, deliver_cancel
 from django_workers.authority import (
     SEPARATOR,
@@ -91,7 +92,7 @@ def get_workflow_status(
         # Checked before any query: a NUL reaches PostgreSQL as an error, not as "no such id".
         raise WorkflowNotFound(workflow_id)
     info = store.get_workflow(full_id)
-    if info is None or not _can_see(info, authority):
+    if info is None or not visibility.may_see_workflow(info, authority):
         raise WorkflowNotFound(workflow_id)
     return info
 
@@ -171,10 +172,6 @@ def _may_exist(workflow_id: object) -> bool:
         and 0 < len(workflow_id) <= TASK_ID_MAX_LENGTH
         and workflow_id.isprintable()
     )
-
-
-def _can_see(info: WorkflowInfo, authority: Authority) -> bool:
-    return not isinstance(authority, Owner) or info.owner == authority.user_id
 
 
 def _deliver_cancels(store: WorkerStore, info: WorkflowInfo) -> None:

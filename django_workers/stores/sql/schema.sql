@@ -119,6 +119,7 @@ CREATE TABLE django_workers_workflowrecord (
     nodes jsonb NOT NULL,
     created_at timestamp with time zone NOT NULL,
     finished_at timestamp with time zone,
+    watchers jsonb NOT NULL,
     CONSTRAINT django_workers_workflowrecord_pkey PRIMARY KEY (id)
 );
 CREATE INDEX django_workers_workflowrecord_id_81754f12_like ON django_workers_workflowrecord USING btree (id varchar_pattern_ops);
