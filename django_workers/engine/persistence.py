@@ -312,6 +312,8 @@ def _undo_task(row: Mapping[str, Any], name: str, now: datetime) -> NewTask:
         options={"retries": UNDO_RETRIES, **undo["options"]},
         run_id=new_run_id(),
         created_at=now,
+        # Whoever may see the workflow sees its undo steps.
+        watchers=tuple(row.get("watchers") or ()),
         workflow=row["id"],
         node=node_label(name, undo=True),
     )

@@ -14,7 +14,7 @@ a ``WorkflowPlan``. Nothing is written here.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
@@ -203,11 +203,13 @@ class Workflow:
         *,
         fail_fast: bool = False,
         undo_on_cancel: bool = True,
+        watchers: Sequence[Owner] = (),
     ) -> None:
         self.authority = check_authority(authority)
         self.id = id
         self.fail_fast = fail_fast
         self.undo_on_cancel = undo_on_cancel
+        self.watchers = watchers
         self._nodes: list[WorkflowNode] = []
         self._problems: list[str] = []
 
@@ -245,6 +247,7 @@ class Workflow:
                 problems.append(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
         if not self._nodes:
             problems.append("A workflow needs at least one node; add one with wf.add(name, task).")
+        watchers = self._check_watchers(problems)
         problems.extend(self._problems)
         nodes = [self._plan_node(node, problems) for node in self._nodes]
         if problems:
@@ -257,6 +260,7 @@ class Workflow:
             fail_fast=self.fail_fast,
             undo_on_cancel=self.undo_on_cancel,
             nodes=tuple(node for node in nodes if node is not None),
+            watchers=watchers,
         )
         self._authorize(plan, store if store is not None else default_store())
         return plan
@@ -287,6 +291,25 @@ class Workflow:
         if isinstance(self.authority, Owner):
             return scoped_task_key(key, self.authority, "user")
         return scoped_task_key(key, self.authority, "global")
+
+    def _check_watchers(self, problems: list[str]) -> tuple[str, ...]:
+        """The user ids of ``watchers`` besides the submitter, each once."""
+        watchers = self.watchers
+        if isinstance(watchers, str | Owner) or not isinstance(watchers, Collection):
+            problems.append(
+                f"watchers must be a list of Owner(...) objects, got {type(watchers).__name__}."
+            )
+            return ()
+        ids: list[str] = []
+        for watcher in watchers:
+            if not isinstance(watcher, Owner):
+                problems.append(
+                    f"watchers must be Owner(...) objects, got {type(watcher).__name__}; "
+                    "System() already sees every workflow."
+                )
+            elif watcher.user_id != user_id_of(self.authority) and watcher.user_id not in ids:
+                ids.append(watcher.user_id)
+        return tuple(ids)
 
     def _plan_node(self, node: WorkflowNode, problems: list[str]) -> NodePlan | None:
         where = f"Node {node.name!r}"
@@ -331,6 +354,31 @@ class Workflow:
             raise AuthorizationError(
                 f"Workflow {plan.key!r} uses queues its authority may not submit to: {listed}"
             ) from refusals[0]
+        _authorize_watchers(plan, self.authority, store)
+
+
+def _authorize_watchers(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> None:
+    """Ask the watch authorizer about each watcher an Owner grants; System() needs no leave.
+
+    It is asked ``fn(workflow id, (owner,), watcher)``: may this user watch what its
+    owner alone sees now. Without one, an Owner may grant no one (as no one may join).
+    """
+    if not isinstance(authority, Owner) or not plan.watchers:
+        return
+    allow = store.watch_authorizer
+    refused = [
+        w for w in plan.watchers if allow is None or not allow(plan.id, (authority.user_id,), w)
+    ]
+    if refused:
+        raise AuthorizationError(
+            f"Workflow {plan.key!r} may not be shared with {', '.join(map(repr, refused))}: "
+            + (
+                "no watch authorizer is configured (set DJANGO_WORKERS['WATCH_AUTHORIZER']), "
+                if allow is None
+                else "the watch authorizer refused, "
+            )
+            + "so nothing was written. Leave them out of watchers, or submit as System()."
+        )
 
 
 # -- checks -----------------------------------------------------------------------------------
@@ -465,6 +513,8 @@ def _write(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> Work
             run_id=new_run_id(),
             created_at=now,
             status=TaskStatus.PENDING if node.name in promoted else TaskStatus.WAITING,
+            # Whoever may see the workflow sees its nodes.
+            watchers=plan.watchers,
             workflow=plan.id,
             node=node_label(node.name),
         )
@@ -479,6 +529,7 @@ def _write(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> Work
         undo_on_cancel=plan.undo_on_cancel,
         state=row_fields(row, start.state),
         created_at=now,
+        watchers=plan.watchers,
     )
     try:
         existing = store.submit_workflow(workflow, tasks)

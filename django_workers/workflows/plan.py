@@ -16,7 +16,7 @@ with the nodes in the order they were added, each
 
 Arguments appear as they will be stored (after the JSON round trip), options
 as ``TaskOptions.to_json()`` gives them. The workflow id and its owner are not
-hashed: the id is what two plans are compared under.
+hashed (nor its watchers): the id is what two plans are compared under.
 """
 
 from __future__ import annotations
@@ -100,6 +100,9 @@ class WorkflowPlan:
     undo_on_cancel: bool
     #: In the order they were added.
     nodes: tuple[NodePlan, ...]
+    #: The user ids granted read and cancel besides the owner. Not hashed: like the
+    #: owner, they say who may see the workflow, not what it runs.
+    watchers: tuple[str, ...] = ()
     plan_hash: str = field(init=False)
 
     def __post_init__(self) -> None:
