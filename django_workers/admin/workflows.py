@@ -147,13 +147,15 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
         """The workflow, its DAG's picture and its nodes; 404 when missing or not visible."""
         info = self._visible_workflow(request, object_id)
         has_undo = any(node.undo is not None for node in info.nodes)
-        owner = user_labels([info.owner], request, self.admin_site) if info.owner else {}
+        labels = user_labels(list(info.watchers), request, self.admin_site)
+        owner = {info.owner: labels[info.owner]} if info.owner else {}
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": f"Workflow {info.id}",
             "workflow": info,
             "owner": owner.get(info.owner or "", "(system)"),
+            "watchers": [labels[w] for w in info.watchers if w != info.owner],
             "state": state_cell(info),
             "actions": offered_actions(info),
             "picture": workflow_svg(info, _task_change_url),

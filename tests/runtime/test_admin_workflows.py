@@ -118,7 +118,9 @@ def test_a_watcher_sees_a_shared_workflow_its_nodes_and_its_live_answer(world: W
 
     listed = client.get(reverse(CHANGELIST))
     assert {str(w.pk) for w in listed.context["cl"].result_list} == {shared}
-    assert client.get(change_url(shared)).status_code == 200
+    page = client.get(change_url(shared))
+    assert page.status_code == 200
+    assert page.context["watchers"] == [f'<span title="user {watcher.pk}">wendy</span>']
     live = reverse("admin:django_workers_workflowrecord_live", args=[quote(shared)])
     assert client.get(live).json()["state"] == "running"
     tasks = client.get(reverse("admin:django_workers_taskrecord_changelist"))
