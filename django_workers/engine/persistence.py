@@ -42,6 +42,7 @@ from django_workers.engine.machine import (
 )
 from django_workers.engine.records import (
     UNDO_RETRIES,
+    granted,
     node_key,
     node_label,
     node_task_id,
@@ -313,7 +314,7 @@ def _undo_task(row: Mapping[str, Any], name: str, now: datetime) -> NewTask:
         run_id=new_run_id(),
         created_at=now,
         # Whoever may see the workflow sees its undo steps.
-        watchers=tuple(row.get("watchers") or ()),
+        watchers=granted(row),
         workflow=row["id"],
         node=node_label(name, undo=True),
     )

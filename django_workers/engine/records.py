@@ -291,6 +291,11 @@ def info_of(row: Mapping[str, Any], records: Mapping[str, NodeRecord]) -> Workfl
     )
 
 
+def granted(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """The watchers a workflow ``row`` gives each record written for it (node, undo, re-run)."""
+    return tuple(row.get("watchers") or ())
+
+
 def watchers_of(row: Mapping[str, Any]) -> tuple[str, ...]:
     """The user ids that may see a workflow ``row``: its owner first, then its watchers."""
     owner = row["owner"]

@@ -14,7 +14,7 @@ a ``WorkflowPlan``. Nothing is written here.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Self
 
@@ -67,6 +67,7 @@ from django_workers.submission import (
     effective_options,
     new_run_id,
 )
+from django_workers.workflows import sharing
 from django_workers.workflows.handles import WorkflowHandle
 from django_workers.workflows.plan import NodePlan, UndoPlan, WorkflowPlan
 
@@ -247,7 +248,7 @@ class Workflow:
                 problems.append(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
         if not self._nodes:
             problems.append("A workflow needs at least one node; add one with wf.add(name, task).")
-        watchers = self._check_watchers(problems)
+        watchers = sharing.watcher_ids(self.watchers, self.authority, problems)
         problems.extend(self._problems)
         nodes = [self._plan_node(node, problems) for node in self._nodes]
         if problems:
@@ -292,25 +293,6 @@ class Workflow:
             return scoped_task_key(key, self.authority, "user")
         return scoped_task_key(key, self.authority, "global")
 
-    def _check_watchers(self, problems: list[str]) -> tuple[str, ...]:
-        """The user ids of ``watchers`` besides the submitter, each once."""
-        watchers = self.watchers
-        if isinstance(watchers, str | Owner) or not isinstance(watchers, Collection):
-            problems.append(
-                f"watchers must be a list of Owner(...) objects, got {type(watchers).__name__}."
-            )
-            return ()
-        ids: list[str] = []
-        for watcher in watchers:
-            if not isinstance(watcher, Owner):
-                problems.append(
-                    f"watchers must be Owner(...) objects, got {type(watcher).__name__}; "
-                    "System() already sees every workflow."
-                )
-            elif watcher.user_id != user_id_of(self.authority) and watcher.user_id not in ids:
-                ids.append(watcher.user_id)
-        return tuple(ids)
-
     def _plan_node(self, node: WorkflowNode, problems: list[str]) -> NodePlan | None:
         where = f"Node {node.name!r}"
         checked = _check_call(node._call, where, problems)
@@ -354,31 +336,7 @@ class Workflow:
             raise AuthorizationError(
                 f"Workflow {plan.key!r} uses queues its authority may not submit to: {listed}"
             ) from refusals[0]
-        _authorize_watchers(plan, self.authority, store)
-
-
-def _authorize_watchers(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> None:
-    """Ask the watch authorizer about each watcher an Owner grants; System() needs no leave.
-
-    It is asked ``fn(workflow id, (owner,), watcher)``: may this user watch what its
-    owner alone sees now. Without one, an Owner may grant no one (as no one may join).
-    """
-    if not isinstance(authority, Owner) or not plan.watchers:
-        return
-    allow = store.watch_authorizer
-    refused = [
-        w for w in plan.watchers if allow is None or not allow(plan.id, (authority.user_id,), w)
-    ]
-    if refused:
-        raise AuthorizationError(
-            f"Workflow {plan.key!r} may not be shared with {', '.join(map(repr, refused))}: "
-            + (
-                "no watch authorizer is configured (set DJANGO_WORKERS['WATCH_AUTHORIZER']), "
-                if allow is None
-                else "the watch authorizer refused, "
-            )
-            + "so nothing was written. Leave them out of watchers, or submit as System()."
-        )
+        sharing.authorize_watchers(plan, self.authority, store)
 
 
 # -- checks -----------------------------------------------------------------------------------
