@@ -18,14 +18,13 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.core.exceptions import SynchronousOnlyOperation
 
-from django_workers import clock, lifecycle
+from django_workers import clock, lifecycle, visibility
 from django_workers.authority import (
     TASK_ID_MAX_LENGTH,
     Authority,
     Owner,
     Scope,
     check_authority,
-    owner_of,
     user_id_of,
 )
 from django_workers.cancellation import CancelReason
@@ -142,17 +141,9 @@ def get_task_status(
     """Return the durable snapshot of a task the authority may see, else TaskNotFound."""
     authority = check_authority(authority)
     info = (store or default_store()).get_task_info(_check_id(task_id))
-    if info is None or not _can_see(info, authority):
+    if info is None or not visibility.may_see_task(info, authority):
         raise TaskNotFound(task_id)
     return info
-
-
-def _can_see(info: TaskInfo, authority: Authority) -> bool:
-    """Whether ``authority`` may read and cancel the task ``info`` describes."""
-    if not isinstance(authority, Owner):
-        return True
-    owner = owner_of(info.id)
-    return (owner is not None and owner == authority) or authority.user_id in info.watchers
 
 
 def get_all_tasks(

@@ -44,13 +44,6 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
             qs = qs.filter(queue__in=queues)
         return qs.order_by(*CLAIM_ORDER)
 
-    def visible_to(self, user_id: str | None) -> TaskRecordQuerySet:
-        """Tasks a user owns or watches; every task for None (System)."""
-        if user_id is None:
-            return self
-        watched = TaskWatcher.objects.filter(user_id=user_id).values("task_id")
-        return self.filter(Q(owner=user_id) | Q(id__in=watched))
-
     def newest_first(self) -> TaskRecordQuerySet:
         return self.order_by("-created_at", "-id")
 
@@ -208,10 +201,6 @@ class TaskRecord(models.Model):
 class WorkflowRecordQuerySet(models.QuerySet["WorkflowRecord"]):
     """Named queries over workflows."""
 
-    def visible_to(self, user_id: str | None) -> WorkflowRecordQuerySet:
-        """Workflows a user owns; every workflow for None (System)."""
-        return self if user_id is None else self.filter(owner=user_id)
-
     def newest_first(self) -> WorkflowRecordQuerySet:
         return self.order_by("-created_at", "-id")
 
@@ -265,6 +254,9 @@ class WorkflowRecord(models.Model):
     # The deadline in seconds as submitted, and when the current run passes it (null: none).
     deadline = models.FloatField(null=True, blank=True)
     deadline_at = models.DateTimeField(null=True, blank=True)
+    # The identities granted read and cancel at submit, besides the owner; every
+    # record of its nodes and undo steps is given the same watchers.
+    watchers = models.JSONField(default=list, blank=True)
 
     objects = WorkflowRecordQuerySet.as_manager()
 
@@ -361,10 +353,6 @@ def record_fields() -> list[str]:
 
 class ScheduleRecordQuerySet(models.QuerySet["ScheduleRecord"]):
     """Named queries and the conditional writes of periodic schedules."""
-
-    def visible_to(self, user_id: str | None) -> ScheduleRecordQuerySet:
-        """Schedules whose ticks a user owns; every schedule for None (System)."""
-        return self if user_id is None else self.filter(owner=user_id)
 
     def advance(self, key: str, expected: datetime | None, tick: datetime, task_id: str) -> bool:
         """Record ``tick`` as enqueued if the last tick is still ``expected`` and not paused."""

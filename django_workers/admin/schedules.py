@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
 
-from django_workers import clock
+from django_workers import clock, visibility
 from django_workers.admin.base import EMPTY, ReadOnlyAdmin, is_active_staff
 from django_workers.authority import System, user_id_of
 from django_workers.models import ScheduleRecord, TaskRecord
@@ -57,7 +57,8 @@ class ScheduleRecordAdmin(ReadOnlyAdmin):
         return is_active_staff(request)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ScheduleRecord]:
-        return ScheduleRecord.objects.visible_to(user_id_of(authority_for_user(request.user)))
+        user_id = user_id_of(authority_for_user(request.user))
+        return ScheduleRecord.objects.filter(visibility.schedules(user_id))
 
     def has_manage_permission(self, request: HttpRequest) -> bool:
         """Pausing and resuming: for those who see and manage every task."""

@@ -16,7 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.views.decorators.http import require_POST
 
-from django_workers import clock
+from django_workers import clock, visibility
 from django_workers.admin.base import (
     EMPTY,
     OwnerFilter,
@@ -164,7 +164,7 @@ class TaskRecordAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[TaskRecord]:
         user_id = user_id_of(authority_for_user(request.user))
-        return TaskRecord.objects.visible_to(user_id)
+        return TaskRecord.objects.filter(visibility.tasks(user_id))
 
     def change_view(
         self,

@@ -21,6 +21,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST, require_safe
 
+from django_workers import visibility
 from django_workers.admin.base import (
     OwnerFilter,
     ReadOnlyAdmin,
@@ -116,7 +117,7 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkflowRecord]:
         user_id = user_id_of(authority_for_user(request.user))
-        return WorkflowRecord.objects.visible_to(user_id)
+        return WorkflowRecord.objects.filter(visibility.workflows(user_id))
 
     def get_urls(self) -> list[URLPattern]:
         # The list, a workflow's page and its cancel: nothing adds, edits or deletes one.
@@ -154,13 +155,15 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
         """The workflow, its DAG's picture and its nodes; 404 when missing or not visible."""
         info = self._visible_workflow(request, object_id)
         has_undo = any(node.undo is not None for node in info.nodes)
-        owner = user_labels([info.owner], request, self.admin_site) if info.owner else {}
+        labels = user_labels(list(info.watchers), request, self.admin_site)
+        owner = {info.owner: labels[info.owner]} if info.owner else {}
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
             "title": f"Workflow {info.id}",
             "workflow": info,
             "owner": owner.get(info.owner or "", "(system)"),
+            "watchers": [labels[w] for w in info.watchers if w != info.owner],
             "state": state_cell(info),
             "actions": offered_actions(info),
             "picture": workflow_svg(info, _task_change_url),

@@ -47,6 +47,7 @@ from django_workers.engine.machine import (
 )
 from django_workers.engine.records import (
     UNDO_RETRIES,
+    granted,
     node_key,
     node_label,
     node_task_id,
@@ -391,6 +392,8 @@ def _undo_task(row: Mapping[str, Any], name: str, now: datetime) -> NewTask:
         options={"retries": UNDO_RETRIES, **undo["options"]},
         run_id=new_run_id(),
         created_at=now,
+        # Whoever may see the workflow sees its undo steps.
+        watchers=granted(row),
         workflow=row["id"],
         node=node_label(name, undo=True),
     )

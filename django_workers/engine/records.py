@@ -220,6 +220,8 @@ class WorkflowInfo:
     runs: int = 1
     #: When the current run is cancelled (its deadline); None if it has none.
     deadline_at: datetime | None = None
+    #: The user ids that may read and cancel it (and its nodes' records), owner first.
+    watchers: tuple[str, ...] = ()
 
     @property
     def is_finished(self) -> bool:
@@ -300,7 +302,20 @@ def info_of(row: Mapping[str, Any], records: Mapping[str, NodeRecord]) -> Workfl
         cancel_reason=row.get("cancel_reason"),
         runs=row.get("runs", 1),
         deadline_at=row.get("deadline_at"),
+        watchers=watchers_of(row),
     )
+
+
+def granted(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """The watchers a workflow ``row`` gives each record written for it (node, undo, re-run)."""
+    return tuple(row.get("watchers") or ())
+
+
+def watchers_of(row: Mapping[str, Any]) -> tuple[str, ...]:
+    """The user ids that may see a workflow ``row``: its owner first, then its watchers."""
+    owner = row["owner"]
+    granted = [w for w in row.get("watchers") or () if w != owner]
+    return tuple(([owner] if owner else []) + granted)
 
 
 def _undo_info(

@@ -150,6 +150,7 @@ class WorkflowSerializer(serializers.Serializer):
     cancel_reason = serializers.CharField(read_only=True, allow_null=True)
     #: When the current run is cancelled for its deadline; null if it has none.
     deadline_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    watchers = serializers.ListField(child=serializers.CharField(), read_only=True)
     nodes = WorkflowNodeSerializer(many=True, read_only=True)
 
 

@@ -88,7 +88,7 @@ WORKFLOW_ID = OpenApiParameter(
     description=(
         "The workflow's id: `<user id>::<key>` for a user's workflow (percent-encode the `::` "
         "or send it as it is), the key itself for a System() workflow. A bare key names the "
-        "caller's own workflow."
+        "caller's own workflow, else a System() workflow it watches."
     ),
 )
 
@@ -338,7 +338,7 @@ def checked_workflow_id(workflow_id: str) -> str:
 
 @extend_schema(
     tags=["workflows"],
-    summary="List the caller's workflows, newest first",
+    summary="List the workflows the caller owns or watches, newest first",
     parameters=[WorkflowListQuerySerializer],
     responses={
         200: WorkflowPageSerializer,
@@ -351,7 +351,7 @@ def checked_workflow_id(workflow_id: str) -> str:
     },
 )
 class WorkflowListView(WorkersAPIView):
-    """The workflows the caller owns (every workflow for a privileged user)."""
+    """The workflows the caller owns or watches (every workflow for a privileged user)."""
 
     operation_id = "workflows_list"
     query_parameters = frozenset(WorkflowListQuerySerializer().fields)

@@ -144,14 +144,6 @@ def claim_order(row: Mapping[str, Any]) -> tuple[Any, ...]:
     return (-row["priority"], row["created_at"], row["id"])
 
 
-def watches(task_id: str, caller: str | None, grants: Iterable[str]) -> bool:
-    """Whether ``caller`` (None = System) may use the task: owner by id, or a grant."""
-    if caller is None:
-        return True
-    owner = owner_of(task_id)
-    return (owner is not None and owner.user_id == caller) or caller in grants
-
-
 def authorize_join(
     task_id: str, caller: str, grants: Iterable[str], fn: WatchAuthorizer | None
 ) -> None:

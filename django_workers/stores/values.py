@@ -120,6 +120,8 @@ class NewWorkflow:
     #: Seconds the workflow may run, and when its first run passes them (None: no deadline).
     deadline: float | None = None
     deadline_at: datetime | None = None
+    #: The user ids granted read and cancel besides the owner (its nodes get them too).
+    watchers: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -68,6 +68,7 @@ from django_workers.submission import (
     effective_options,
     new_run_id,
 )
+from django_workers.workflows import sharing
 from django_workers.workflows.handles import WorkflowHandle
 from django_workers.workflows.plan import NodePlan, UndoPlan, WorkflowPlan
 
@@ -205,6 +206,7 @@ class Workflow:
         fail_fast: bool = False,
         undo_on_cancel: bool = True,
         deadline: float | timedelta | None = None,
+        watchers: Sequence[Owner] = (),
     ) -> None:
         self.authority = check_authority(authority)
         self.id = id
@@ -212,6 +214,7 @@ class Workflow:
         self.undo_on_cancel = undo_on_cancel
         #: Seconds (or a timedelta) from submit after which the workflow is cancelled.
         self.deadline = deadline
+        self.watchers = watchers
         self._nodes: list[WorkflowNode] = []
         self._problems: list[str] = []
 
@@ -250,6 +253,7 @@ class Workflow:
         deadline = _deadline_seconds(self.deadline, problems)
         if not self._nodes:
             problems.append("A workflow needs at least one node; add one with wf.add(name, task).")
+        watchers = sharing.watcher_ids(self.watchers, self.authority, problems)
         problems.extend(self._problems)
         nodes = [self._plan_node(node, problems) for node in self._nodes]
         if problems:
@@ -263,6 +267,7 @@ class Workflow:
             undo_on_cancel=self.undo_on_cancel,
             nodes=tuple(node for node in nodes if node is not None),
             deadline=deadline,
+            watchers=watchers,
         )
         self._authorize(plan, store if store is not None else default_store())
         return plan
@@ -337,6 +342,7 @@ class Workflow:
             raise AuthorizationError(
                 f"Workflow {plan.key!r} uses queues its authority may not submit to: {listed}"
             ) from refusals[0]
+        sharing.authorize_watchers(plan, self.authority, store)
 
 
 # -- checks -----------------------------------------------------------------------------------
@@ -494,6 +500,8 @@ def _write(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> Work
             run_id=new_run_id(),
             created_at=now,
             status=TaskStatus.PENDING if node.name in promoted else TaskStatus.WAITING,
+            # Whoever may see the workflow sees its nodes.
+            watchers=plan.watchers,
             workflow=plan.id,
             node=node_label(node.name),
         )
@@ -510,6 +518,7 @@ def _write(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> Work
         created_at=now,
         deadline=plan.deadline,
         deadline_at=None if plan.deadline is None else now + timedelta(seconds=plan.deadline),
+        watchers=plan.watchers,
     )
     try:
         existing = store.submit_workflow(workflow, tasks)

@@ -1,11 +1,12 @@
 """Workflow handles: read, wait for, cancel and re-run a submitted workflow from any process.
 
 Every call takes an authority, as the task API does. An ``Owner`` sees only
-the workflows they own (ids ``"<user_id>::<key>"``); ``System()`` sees every
-workflow. A workflow the authority may not see is ``WorkflowNotFound``,
+the workflows they own (ids ``"<user_id>::<key>"``) or watch; ``System()`` sees
+every workflow. A workflow the authority may not see is ``WorkflowNotFound``,
 exactly like one that does not exist. For an ``Owner``, a bare key (no
 ``::``) names their own workflow: ``open_workflow("order-1", Owner("42"))``
-opens ``"42::order-1"``.
+opens ``"42::order-1"``, else the global workflow ``"order-1"`` if they watch it.
+Who may see a workflow is ``visibility``'s rule: its owner and its watchers.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Final
 
+from django_workers import visibility
 from django_workers.api import MAX_LIMIT, deliver_cancel
 from django_workers.authority import (
     SEPARATOR,
@@ -93,14 +95,14 @@ def get_workflow_status(
     """The snapshot of a workflow the authority may see, else WorkflowNotFound."""
     authority = check_authority(authority)
     store = store or default_store()
-    full_id = _full_id(workflow_id, authority)
-    if not _may_exist(full_id):
-        # Checked before any query: a NUL reaches PostgreSQL as an error, not as "no such id".
-        raise WorkflowNotFound(workflow_id)
-    info = store.get_workflow(full_id)
-    if info is None or not _can_see(info, authority):
-        raise WorkflowNotFound(workflow_id)
-    return info
+    for full_id in _full_ids(workflow_id, authority):
+        if not _may_exist(full_id):
+            # Checked before any query: a NUL reaches PostgreSQL as an error, not as "no such id".
+            continue
+        info = store.get_workflow(full_id)
+        if info is not None and visibility.may_see_workflow(info, authority):
+            return info
+    raise WorkflowNotFound(workflow_id)
 
 
 def cancel_workflow(
@@ -192,14 +194,19 @@ def get_all_workflows(
     )
 
 
-def _full_id(workflow_id: str, authority: Authority) -> str:
+def _full_ids(workflow_id: str, authority: Authority) -> tuple[str, ...]:
+    """The ids ``workflow_id`` may name for ``authority``, in the order they are looked up.
+
+    For an Owner a bare key names its own workflow first, then a global workflow of
+    that id (which it sees only if it watches it).
+    """
     if (
         isinstance(authority, Owner)
         and isinstance(workflow_id, str)
         and SEPARATOR not in workflow_id
     ):
-        return f"{authority.user_id}{SEPARATOR}{workflow_id}"
-    return workflow_id
+        return (f"{authority.user_id}{SEPARATOR}{workflow_id}", workflow_id)
+    return (workflow_id,)
 
 
 def _may_exist(workflow_id: object) -> bool:
@@ -210,12 +217,11 @@ def _may_exist(workflow_id: object) -> bool:
     )
 
 
-def _can_see(info: WorkflowInfo, authority: Authority) -> bool:
-    return not isinstance(authority, Owner) or info.owner == authority.user_id
-
-
 def _may_write(info: WorkflowInfo, authority: Authority) -> bool:
-    """Whether the authority may change what the workflow does: its owner or System()."""
+    """Whether the authority may change what the workflow does: its owner or System().
+
+    Not its watchers: they may read and cancel it, and a re-run is a write.
+    """
     return not isinstance(authority, Owner) or info.owner == authority.user_id
 
 

@@ -15,9 +15,10 @@ with the nodes in the order they were added, each
      "options": dict, "undo": null | {"task", "args", "kwargs", "queue", "options"}}
 
 Arguments appear as they will be stored (after the JSON round trip), options
-as ``TaskOptions.to_json()`` gives them. The workflow id, its owner and its deadline
-are not hashed: the id is what two plans are compared under, and a deadline
-bounds a run rather than saying what runs.
+as ``TaskOptions.to_json()`` gives them. The workflow id, its owner, its watchers
+and its deadline are not hashed: the id is what two plans are compared under, the
+watchers say who may see it, and a deadline bounds a run rather than saying what
+runs.
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ class WorkflowPlan:
     nodes: tuple[NodePlan, ...]
     #: Seconds from submit (and from each re-run) after which it is cancelled; not hashed.
     deadline: float | None = None
+    #: The user ids granted read and cancel besides the owner. Not hashed: like the
+    #: owner, they say who may see the workflow, not what it runs.
+    watchers: tuple[str, ...] = ()
     plan_hash: str = field(init=False)
 
     def __post_init__(self) -> None:

@@ -15,11 +15,18 @@ from pathlib import Path
 
 import pytest
 
-from django_workers import System, TaskOptions, TaskStatus
+from django_workers import Owner, System, TaskNotFound, TaskOptions, TaskStatus, get_task_status
 from django_workers.handles import close_listeners
 from django_workers.models import TaskRecord, WorkflowRecord
+from django_workers.stores import set_watch_authorizer
 from django_workers.stores.database import DatabaseWorkerStore
-from django_workers.workflows import Workflow, WorkflowHandle, WorkflowInfo
+from django_workers.workflows import (
+    Workflow,
+    WorkflowHandle,
+    WorkflowInfo,
+    WorkflowNotFound,
+    open_workflow,
+)
 from tests import tasks
 from tests.helpers import WorkerProcesses, wait_for_status
 from tests.models import Execution
@@ -138,6 +145,30 @@ def test_a_saga_undoes_completed_nodes_in_reverse_dependency_order(
     assert set(undone) == {"saga:charge:undo", "saga:reserve:undo"}
     # The undo of reserve starts only after the undo of charge (its descendant) ended.
     assert undone["saga:charge:undo"].finished_at <= undone["saga:reserve:undo"].started_at
+
+
+def test_a_watcher_waits_for_a_shared_workflow_whose_undo_the_worker_shares_too(
+    store: DatabaseWorkerStore, worker_processes: WorkerProcesses
+) -> None:
+    serve(worker_processes, "default", "undo")
+    set_watch_authorizer(store, lambda workflow_id, watchers, user_id: True)
+    wf = Workflow("shared", Owner("alice"), watchers=[Owner("bob")])
+    reserve = wf.add("reserve", tasks.wf_value, args=[1]).undo(
+        tasks.wf_value, args=[-1], queue="undo"
+    )
+    wf.add("email", tasks.wf_fail).after(reserve)
+    workflow_id = wf.submit(store).id
+    info = open_workflow(workflow_id, Owner("bob"), store=store).wait(WAIT)
+    assert (info.state, info.watchers) == ("compensated", ("alice", "bob"))
+    # The worker wrote the undo step's record from the workflow row: it is shared too.
+    undo = info.node("reserve").undo
+    assert undo is not None
+    assert undo.task_id is not None
+    assert get_task_status(undo.task_id, Owner("bob"), store=store).watchers == ("alice", "bob")
+    with pytest.raises(TaskNotFound):
+        get_task_status(undo.task_id, Owner("carol"), store=store)
+    with pytest.raises(WorkflowNotFound):
+        open_workflow(workflow_id, Owner("carol"), store=store)
 
 
 @pytest.mark.parametrize("undo", [None, False])

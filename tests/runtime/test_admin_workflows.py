@@ -14,7 +14,7 @@ from django.urls import NoReverseMatch, reverse
 
 from django_workers import Owner, System, clock
 from django_workers.models import TaskRecord, WorkflowRecord
-from django_workers.stores import default_store
+from django_workers.stores import default_store, set_watch_authorizer
 from django_workers.testing import run_tasks
 from django_workers.workflow_svg import colours
 from django_workers.workflows import Workflow, WorkflowInfo, get_workflow_status
@@ -103,6 +103,34 @@ def test_changelist_shows_only_visible_workflows(world: World, role: str) -> Non
         for workflow_id in alice:
             assert workflow_id not in body
             assert quote(workflow_id) not in body
+
+
+def test_a_watcher_sees_a_shared_workflow_its_nodes_and_its_live_answer(world: World) -> None:
+    watcher = make_user("wendy")  # staff, neither superuser nor manager
+    set_watch_authorizer(default_store(), lambda workflow_id, watchers, user_id: True)
+    wf = Workflow(
+        "shared", Owner.for_user(world.users["owner"]), watchers=[Owner.for_user(watcher)]
+    )
+    wf.add("sum", add, args=[2, 3], queue="reports")
+    shared = wf.submit().id
+    client = Client()
+    client.force_login(watcher)
+
+    listed = client.get(reverse(CHANGELIST))
+    assert {str(w.pk) for w in listed.context["cl"].result_list} == {shared}
+    page = client.get(change_url(shared))
+    assert page.status_code == 200
+    assert page.context["watchers"] == [f'<span title="user {watcher.pk}">wendy</span>']
+    live = reverse("admin:django_workers_workflowrecord_live", args=[quote(shared)])
+    assert client.get(live).json()["state"] == "running"
+    tasks = client.get(reverse("admin:django_workers_taskrecord_changelist"))
+    assert {str(t.pk) for t in tasks.context["cl"].result_list} == {now(shared).nodes[0].task_id}
+    assert client.get(task_url(now(shared).nodes[0].task_id)).status_code == 200
+    # Only that one: alice's other workflows stay hidden, and a stranger sees none of it.
+    assert client.get(change_url(world.live)).status_code == 404
+    assert world.client("stranger").get(change_url(shared)).status_code == 404
+    assert client.post(cancel_url(shared)).status_code == 302
+    assert now(shared).state == "cancelled"
 
 
 def test_non_staff_users_are_sent_to_the_login_page(world: World) -> None:

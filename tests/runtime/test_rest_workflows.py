@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission, User
 from django_workers import Owner, System, clock, exceptions
 from django_workers.authority import TASK_ID_MAX_LENGTH
 from django_workers.rest.errors import NOT_FOUND_DETAIL
-from django_workers.stores import default_store
+from django_workers.stores import default_store, set_watch_authorizer
 from django_workers.testing import run_tasks
 from django_workers.workflows import Workflow, WorkflowInfo, get_workflow_status
 from tests.helpers import client_for
@@ -132,6 +132,53 @@ def test_cancelling_an_ended_workflow_is_409_only_for_those_who_see_it(role, use
         assert response.json() == missing_body()
 
 
+# -- watchers ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def shared(users: dict[str, User]) -> str:
+    """The owner's running workflow, shared with ``staff`` as its watcher."""
+    set_watch_authorizer(default_store(), lambda workflow_id, watchers, user_id: True)
+    wf = Workflow(
+        "shared-7", Owner.for_user(users["owner"]), watchers=[Owner.for_user(users["staff"])]
+    )
+    first = wf.add("charge", add, args=[1, 2], queue="pay")
+    wf.add("ship", add, args=[3, 4], queue="ship").after(first)
+    return wf.submit().id
+
+
+def test_a_watcher_lists_reads_and_cancels_a_shared_workflow(users, shared):
+    watcher = client_for(users["staff"])
+    assert shared in [flow["id"] for flow in watcher.get(API).json()["results"]]
+    flow = watcher.get(url(shared)).json()
+    assert flow["watchers"] == [str(users["owner"].pk), str(users["staff"].pk)]
+    node = flow["nodes"][0]["task_id"]
+    assert watcher.get(f"/workers/tasks/{quote(node, safe='')}/").status_code == 200
+    response = watcher.patch(url(shared, "actions/cancel"))
+    assert response.status_code == 200
+    assert response.json()["state"] == now(shared).state == "cancelled"
+
+
+def test_a_third_user_gets_404_for_a_shared_workflow_and_its_nodes(users, shared):
+    stranger = client_for(users["stranger"])
+    assert shared not in [flow["id"] for flow in stranger.get(API).json()["results"]]
+    assert stranger.get(url(shared)).json() == missing_body()
+    response = stranger.patch(url(shared, "actions/cancel"))
+    assert response.status_code == 404
+    assert response.json() == missing_body()
+    node = now(shared).nodes[0].task_id
+    assert stranger.get(f"/workers/tasks/{quote(node, safe='')}/").status_code == 404
+    assert now(shared).state == "running"
+
+
+def test_a_watcher_reads_a_shared_system_workflow_by_its_key(users):
+    wf = Workflow("nightly", System(), watchers=[Owner.for_user(users["stranger"])])
+    wf.add("only", noop)
+    wf.submit()
+    assert client_for(users["stranger"]).get(f"{API}nightly/").json()["owner"] is None
+    assert client_for(users["owner"]).get(f"{API}nightly/").status_code == 404
+
+
 @pytest.mark.parametrize("role", ["stranger", "staff"])
 def test_a_stranger_never_reads_another_users_ids_or_results(role, users, running, finished):
     client = client_for(users[role])
@@ -177,11 +224,13 @@ def test_a_workflow_answers_its_nodes_deps_tasks_and_undo_steps(users, charged):
     flow = client_for(users["owner"]).get(url(charged)).json()
     assert set(flow) == {
         "id", "key", "owner", "state", "fail_fast", "undo_on_cancel", "plan_hash",
-        "created_at", "finished_at", "runs", "cancel_reason", "deadline_at", "nodes",
+        "created_at", "finished_at", "runs", "cancel_reason", "deadline_at", "watchers",
+        "nodes",
     }  # fmt: skip
     assert (flow["runs"], flow["cancel_reason"], flow["deadline_at"]) == (1, None, None)
     assert flow["key"] == "order-8"
     assert flow["owner"] == str(users["owner"].pk)
+    assert flow["watchers"] == [str(users["owner"].pk)]
     assert flow["state"] == "running"
     assert flow["undo_on_cancel"] is True
     assert flow["finished_at"] is None

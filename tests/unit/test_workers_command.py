@@ -18,7 +18,9 @@ from django_workers.authority import Owner, System
 from django_workers.info import TaskStatus
 from django_workers.stores.base import WorkerRegistration
 from django_workers.stores.database import DatabaseWorkerStore
+from django_workers.workflows import Workflow
 from tests.helpers import end_record
+from tests.tasks import noop
 
 pytestmark = pytest.mark.django_db
 
@@ -231,6 +233,13 @@ def test_show_prints_every_field_the_traceback_and_the_watchers() -> None:
     assert "ValueError: boom" in text
     assert "Traceback (most recent)" in text
     assert "bob" in text
+
+
+def test_show_lists_the_watchers_a_node_takes_from_its_shared_workflow() -> None:
+    wf = Workflow("nightly", System(), watchers=[BOB])
+    wf.add("only", noop)
+    node = wf.submit().status().node("only").task_id
+    assert workers_json("show", node)["watchers"] == ["bob"]
 
 
 def test_show_of_an_unknown_id_is_an_error() -> None:

@@ -10,6 +10,7 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Count
 
+from django_workers import visibility
 from django_workers.engine.records import WorkflowInfo, info_of, state_columns
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.stores import rows, sql
@@ -30,9 +31,10 @@ def _workflow_infos_sql(
     offset: int,
     limit: int,
     any_of: Sequence[Mapping[str, Any]] = (),
+    user_id: str | None = None,
 ) -> list[WorkflowInfo]:
     """``sql.read_workflows``'s workflows as snapshots."""
-    found = sql.read_workflows(connection, filters, offset, limit, any_of)
+    found = sql.read_workflows(connection, filters, offset, limit, any_of, user_id)
     return [info_of(row, {r["id"]: rows.node_record(r) for r in records}) for row, records in found]
 
 
@@ -75,12 +77,14 @@ class DatabaseReads(DatabaseAccess):
         qs = self._records().filter(**filters)
         if user_id is None:
             return self._infos(list(qs.newest_first().values(*COLUMNS)[offset : offset + limit]))
-        # A user's own tasks and the ones it watches are read apart, each newest first
-        # along its own index, then merged: one query with "owner = u OR watched" walks
-        # the whole table newest first until it has found a page.
+        # The two halves of what a user sees are read apart, each newest first along
+        # its own index, then merged: one query with "owned OR watched" walks the
+        # whole table newest first until it has found a page.
         end = offset + limit
-        owned = qs.filter(owner=user_id).newest_first().values(*COLUMNS)[:end]
-        watched = qs.filter(watcher_rows__user_id=user_id).newest_first().values(*COLUMNS)[:end]
+        owned = qs.filter(visibility.owned_tasks(user_id))
+        watched = qs.filter(visibility.watched_tasks(user_id))
+        owned = owned.newest_first().values(*COLUMNS)[:end]
+        watched = watched.newest_first().values(*COLUMNS)[:end]
         return self._infos(_newest_page([*owned, *watched], offset, limit))
 
     def get_workflow(self, workflow_id: str) -> WorkflowInfo | None:
@@ -102,15 +106,15 @@ class DatabaseReads(DatabaseAccess):
     ) -> list[WorkflowInfo]:
         connection = connections[self.using]
         if connection.vendor in sql.ONE_STATEMENT_READS:
-            # A user sees the workflows it owns, as ``visible_to`` says.
             return _workflow_infos_sql(
                 connection,
-                {} if user_id is None else {"owner": user_id},
+                {},
                 offset,
                 limit,
                 [] if state is None else state_columns(state),
+                user_id,
             )
-        qs = self._flows().visible_to(user_id)
+        qs = self._flows().filter(visibility.workflows(user_id))
         if state is not None:
             qs = qs.in_state(state)
         return self._workflow_infos(

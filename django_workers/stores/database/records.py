@@ -7,6 +7,7 @@ from typing import Any
 
 from django.db import IntegrityError, connections
 
+from django_workers import visibility
 from django_workers.exceptions import InvalidWorkflow
 from django_workers.info import LIVE_STATUSES, TaskStatus
 from django_workers.stores import rows, sql
@@ -107,7 +108,7 @@ class DatabaseRecords(DatabaseAccess):
     def _resubmit(self, new: NewTask, caller: str | None, row: dict[str, Any]) -> Submitted:
         rows.refuse_node_key(new.id, row["workflow"])
         grants = self._grants(new.id)
-        joining = not rows.watches(new.id, caller, grants)
+        joining = not visibility.sees_task(caller, new.id, grants)
         if joining:
             rows.authorize_join(new.id, caller, grants, self.watch_authorizer)  # type: ignore[arg-type]
         if row["status"] in LIVE_STATUSES:
@@ -153,6 +154,7 @@ class DatabaseRecords(DatabaseAccess):
                         created_at=workflow.created_at,
                         deadline=workflow.deadline,
                         deadline_at=workflow.deadline_at,
+                        watchers=list(workflow.watchers),
                         **workflow.state,
                     )
             except IntegrityError:

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from django_workers import visibility
 from django_workers.engine.records import WorkflowInfo, in_state, info_of
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.stores import rows
@@ -35,7 +36,7 @@ class MemoryReads(MemoryState):
             found = [
                 row
                 for row in self._rows.values()
-                if (user_id is None or rows.watches(row["id"], user_id, self._grants[row["id"]]))
+                if visibility.sees_task(user_id, row["id"], self._grants[row["id"]])
                 and (status is None or row["status"] == status)
                 and (queue is None or row["queue"] == queue)
             ]
@@ -59,7 +60,7 @@ class MemoryReads(MemoryState):
             found = [
                 row
                 for row in self._flows.values()
-                if (user_id is None or row["owner"] == user_id)
+                if visibility.sees(user_id, row["owner"], row["watchers"])
                 and (state is None or in_state(row, state))
             ]
             found.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)

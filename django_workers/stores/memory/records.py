@@ -6,6 +6,7 @@ import copy
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from django_workers import visibility
 from django_workers.exceptions import InvalidWorkflow
 from django_workers.info import LIVE_STATUSES, TaskStatus
 from django_workers.stores import rows
@@ -24,7 +25,7 @@ class MemoryRecords(MemoryState):
                 return Submitted(new.id, new.run_id, created=True)
             rows.refuse_node_key(new.id, row["workflow"])
             grants = self._grants[new.id]
-            joining = not rows.watches(new.id, caller, grants)
+            joining = not visibility.sees_task(caller, new.id, grants)
             if joining:
                 rows.authorize_join(new.id, caller, grants, self.watch_authorizer)  # type: ignore[arg-type]
             if row["status"] in LIVE_STATUSES:
@@ -87,6 +88,7 @@ class MemoryRecords(MemoryState):
                 "cancel_reason": None,
                 "deadline": workflow.deadline,
                 "deadline_at": workflow.deadline_at,
+                "watchers": list(workflow.watchers),
                 **copy.deepcopy(dict(workflow.state)),
             }
             for task in tasks:

@@ -18,7 +18,7 @@ from django_workers.info import TaskStatus
 from django_workers.lifecycle import TaskEnd, fields_of
 from django_workers.stores.sql.claim import ClaimArgs, _claim, _limited_claim_sql
 from django_workers.stores.sql.cursor import _statements_cursor, kept_cursor
-from django_workers.stores.sql.decode import _records
+from django_workers.stores.sql.decode import _WORKFLOW_JSON, _records
 from django_workers.stores.sql.queries import statement
 
 #: The PostgreSQL function that writes runs' ends given as a JSON array of objects
@@ -142,8 +142,9 @@ def _lock_and_finish(
     cursor.nextset()
     winners = {(task_id, run_id) for task_id, run_id in cursor.fetchall()}
     for row in rows:
-        if isinstance(row["nodes"], str):  # jsonb arrives as text through Django's loaders
-            row["nodes"] = json.loads(row["nodes"])
+        for name in _WORKFLOW_JSON.intersection(row):
+            if isinstance(row[name], str):  # jsonb arrives as text through Django's loaders
+                row[name] = json.loads(row[name])
     return rows, winners
 
 

@@ -24,7 +24,7 @@ from django_workers.stores.sql.columns import _COLUMNS
 
 STATEMENTS = Path(__file__).with_name("statements")
 #: The fragments filled into other statements rather than sent on their own.
-FRAGMENTS = ("record_select", "workflow_select")
+FRAGMENTS = ("record_select", "workflow_select", "visible_workflows")
 _NAME = re.compile(r"^-- name: (\w+)\n", re.MULTILINE)
 
 

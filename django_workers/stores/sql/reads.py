@@ -35,12 +35,14 @@ def read_workflows(
     offset: int,
     limit: int,
     any_of: Sequence[Mapping[str, Any]] = (),
+    user_id: str | None = None,
 ) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Workflows newest first, each with what its status reads of its records: one statement.
 
     ``filters``: column -> value, each an equality (``id`` for one workflow).
     ``any_of``: if given, a row also matches one of these, each column -> value
-    (an equality, or IS NULL for None).
+    (an equality, or IS NULL for None). ``user_id``: only the workflows that user
+    may see (``visibility.workflows``); None: every one.
     """
     where = "".join(f" AND f.{column} = %s" for column in filters)
     values: list[Any] = list(filters.values())
@@ -51,6 +53,9 @@ def read_workflows(
             values.extend(v for v in columns.values() if v is not None)
             alternatives.append(f"({' AND '.join(tests)})")
         where += f" AND ({' OR '.join(alternatives)})"
+    if user_id is not None:
+        where += f" AND {statement(connection.vendor, 'visible_workflows')}"
+        values.extend([user_id, user_id])
     sql = statement(connection.vendor, "read_workflows", filters=where)
     with kept_cursor(connection, bound=True) as cursor:
         cursor.execute(sql, [*values, limit, offset])

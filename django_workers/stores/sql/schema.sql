@@ -124,6 +124,7 @@ CREATE TABLE django_workers_workflowrecord (
     deadline double precision,
     deadline_at timestamp with time zone,
     runs integer NOT NULL,
+    watchers jsonb NOT NULL,
     CONSTRAINT django_workers_workflowrecord_pkey PRIMARY KEY (id),
     CONSTRAINT django_workers_workflowrecord_runs_check CHECK ((runs >= 0))
 );

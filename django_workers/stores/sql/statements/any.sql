@@ -47,3 +47,17 @@ SELECT * FROM (
     ORDER BY priority DESC, created_at, id
     LIMIT %s
 ) AS owner{n}
+
+
+-- name: visible_workflows
+-- The workflows a user may see, as ``visibility.workflows`` says (the table as
+-- "f"): the ones it owns, and the ones one of whose records it watches (every
+-- record of a workflow is given its watchers). The two halves are read apart,
+-- each along its own index. Binds the user id twice.
+f.id IN (
+    SELECT o.id FROM django_workers_workflowrecord o WHERE o.owner = %s
+    UNION
+    SELECT r.workflow FROM django_workers_taskwatcher v
+    JOIN django_workers_taskrecord r ON r.id = v.task_id
+    WHERE v.user_id = %s AND r.workflow IS NOT NULL
+)
