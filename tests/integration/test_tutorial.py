@@ -20,7 +20,6 @@ unique name here, and is dropped at the end.
 
 from __future__ import annotations
 
-import base64
 import importlib.metadata
 import json
 import os
@@ -32,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -161,22 +160,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http_get(url: str, user: str | None = None, password: str | None = None) -> tuple[int, str]:
-    request = urllib.request.Request(url)
-    if user is not None:
-        token = base64.b64encode(f"{user}:{password}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args: object, **kwargs: object) -> None:
-            return None
-
-    opener = urllib.request.build_opener(NoRedirect)
-    try:
-        with opener.open(request, timeout=10) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+def signed_in(base: str, username: str, password: str) -> urllib.request.OpenerDirector:
+    """A browser signed in to the admin at ``base``, as the page tells the reader to."""
+    browser = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+    with browser.open(f"{base}/admin/", timeout=10) as answer:
+        assert answer.url == f"{base}/admin/login/?next=/admin/"  # it asks to sign in first
+        form = answer.read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form)
+    assert token, form
+    fields = {"csrfmiddlewaretoken": token.group(1), "username": username, "password": password}
+    data = urllib.parse.urlencode({**fields, "next": "/admin/"}).encode()
+    with browser.open(f"{base}/admin/login/?next=/admin/", data=data, timeout=10) as answer:
+        assert answer.url == f"{base}/admin/", "the sign-in was refused"
+        assert "Workers" in answer.read().decode()
+    return browser
 
 
 def to_postgres(text: str, database: str) -> str:
@@ -244,12 +241,19 @@ def check_curl(answer: str) -> None:
 
 
 def check_admin(reader: Reader) -> None:
-    """The admin the page sends the reader to answers, and asks ann to sign in."""
-    status, _ = http_get(f"http://127.0.0.1:{reader.port}/admin/")
-    assert status == 302
-    status, page = http_get(f"http://127.0.0.1:{reader.port}/admin/login/")
-    assert status == 200
-    assert "Django administration" in page
+    """Signed in as ann, the admin lists the tutorial's tasks, workflows and schedule."""
+    base = f"http://127.0.0.1:{reader.port}"
+    browser = signed_in(base, "ann", "tutorial")
+    pages = {
+        "taskrecord": ["export-100", "receipt-7", "schedule:heartbeat:"],
+        "workflowrecord": ["order-1", "order-2"],
+        "schedulerecord": ["heartbeat"],
+    }
+    for model, expected in pages.items():
+        with browser.open(f"{base}/admin/django_workers/{model}/", timeout=10) as answer:
+            page = answer.read().decode()
+        for text in expected:
+            assert text in page, f"{text!r} is not on the admin's {model} list"
 
 
 def run_block(reader: Reader, block: Block) -> None:
