@@ -245,7 +245,7 @@ def check_admin(reader: Reader) -> None:
     base = f"http://127.0.0.1:{reader.port}"
     browser = signed_in(base, "ann", "tutorial")
     pages = {
-        "taskrecord": ["export-100", "receipt-7", "schedule:heartbeat:"],
+        "taskrecord": ["export-200", "receipt-7", "schedule:heartbeat:"],
         "workflowrecord": ["order-1", "order-2"],
         "schedulerecord": ["heartbeat"],
     }
