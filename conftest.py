@@ -17,6 +17,8 @@ from tests.docs_site import PageEvaluator, docs_database, docs_site, setup_page 
 pytest_collect_file = Sybil(
     parsers=[CodeBlockParser("python", PageEvaluator()), SkipParser()],
     patterns=["README.md", "docs/*.md"],
+    # The tutorial runs in a new project of its own: tests/integration/test_tutorial.py.
+    excludes=["docs/tutorial.md"],
     fixtures=["docs_site"],
     setup=setup_page,
 ).pytest()

@@ -59,7 +59,7 @@ def submit_task(
     options: TaskOptions | None = None,
     store: WorkerStore | None = None,
 ) -> str:
-    """Submit ``task`` under ``key`` and return the task id (not the key; see docs/concepts.md)."""
+    """Submit ``task`` under ``key`` and return the task id (the key scoped to its owner)."""
     spec = TaskSubmission(
         key=key,
         task=task,

@@ -19,6 +19,7 @@ from django.utils.module_loading import import_string
 
 from django_workers.bounds import CONCURRENCY_MAX, COUNT_MAX, SECONDS_MAX
 from django_workers.conf import DEFAULTS, workers_settings
+from django_workers.documentation import docs_url
 from django_workers.exceptions import InvalidTaskOptions, TaskNotImportable
 from django_workers.options import TaskOptions
 from django_workers.references import resolve
@@ -113,8 +114,8 @@ def _unknown_keys(user: dict[Any, Any]) -> list[CheckMessage]:
         errors.append(
             Error(
                 f"DJANGO_WORKERS has an unknown key {key!r}; it is ignored.",
-                hint=_did_you_mean(key, DEFAULTS) + "The keys are listed in docs/runtime.md "
-                "(Settings).",
+                hint=_did_you_mean(key, DEFAULTS)
+                + f"The keys are listed at {docs_url('reference/settings')}",
                 id="django_workers.E005",
             )
         )
@@ -213,7 +214,7 @@ def _listen_database() -> list[CheckMessage]:
 def _listen_error(problem: str, hint: str) -> Error:
     return Error(
         f"DJANGO_WORKERS['LISTEN_DATABASE'] {problem}",
-        hint=hint + " See 'Behind PgBouncer' in docs/install.md.",
+        hint=hint + f" See {docs_url('install', 'behind-pgbouncer')}",
         id="django_workers.E020",
     )
 

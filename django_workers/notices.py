@@ -38,6 +38,7 @@ from typing import Any, NamedTuple
 
 from django.db import DatabaseError
 
+from django_workers.documentation import docs_url
 from django_workers.local_wake import EVERY_QUEUE
 
 logger = logging.getLogger(__name__)
@@ -272,6 +273,6 @@ def deaf_warning(listen_alias: str, main_alias: str, instead: str) -> str:
         f"alias {main_alias!r}: a test notice did not arrive within {PROBE_TIMEOUT:g} s. The "
         f"likely cause is {cause}. {instead} To be woken at once, set "
         "DJANGO_WORKERS['LISTEN_DATABASE'] to an alias that connects directly or through a "
-        "session-mode pool (see 'Behind PgBouncer' in docs/install.md); False polls without "
-        "trying LISTEN."
+        f"session-mode pool (see {docs_url('install', 'behind-pgbouncer')}); False polls "
+        "without trying LISTEN."
     )

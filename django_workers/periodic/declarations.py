@@ -22,6 +22,7 @@ from django.tasks import Task
 from django_workers.authority import KEY_MAX_LENGTH, SEPARATOR, Owner
 from django_workers.bounds import SECONDS_MAX
 from django_workers.conf import workers_settings
+from django_workers.documentation import docs_url
 from django_workers.exceptions import InvalidSchedule, WorkersError
 from django_workers.options import TaskOptions
 from django_workers.periodic.timing import Timing, timing_of
@@ -324,7 +325,7 @@ def from_settings() -> tuple[dict[str, Schedule], list[Problem]]:
 
 SCHEDULE_HINT = (
     'Write {"task": "app.tasks.name", "cron": "*/5 * * * *"} or {"task": ..., "every": 60}; '
-    "see docs/periodic-tasks.md."
+    f"see {docs_url('periodic-tasks')}"
 )
 
 

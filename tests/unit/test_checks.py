@@ -247,7 +247,7 @@ def test_listen_database_must_reach_the_same_postgresql_database(
 ) -> None:
     [error] = listen_check(monkeypatch, databases, "direct")
     assert problem in error.msg
-    assert "Behind PgBouncer" in error.hint
+    assert "install/#behind-pgbouncer" in error.hint
 
 
 @pytest.mark.parametrize(

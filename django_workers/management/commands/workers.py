@@ -62,13 +62,13 @@ class Command(BaseCommand):
         listing.add_argument("--owner", type=owner, help="Only tasks this user id owns or watches.")
         listing.add_argument("--limit", type=limit, default=50, help="At most N tasks (50).")
         show = sub.add_parser("show", parents=[common], help="Every field of one task.")
-        show.add_argument("task_id", metavar="ID")
+        show.add_argument("task_id", metavar="ID", help="The task id, as list shows it.")
         cancel = sub.add_parser("cancel", parents=[common], help="Cancel tasks.")
-        cancel.add_argument("task_ids", metavar="ID", nargs="+")
+        cancel.add_argument("task_ids", metavar="ID", nargs="+", help="Task ids.")
         retry = sub.add_parser(
             "retry", parents=[common], help="Run FAILED or CANCELLED tasks again, same id."
         )
-        retry.add_argument("task_ids", metavar="ID", nargs="+")
+        retry.add_argument("task_ids", metavar="ID", nargs="+", help="Task ids.")
         retry.add_argument(
             "--completed", action="store_true", help="Also run COMPLETED tasks again."
         )

@@ -1,0 +1,69 @@
+"""The reference pages of the site agree with the code (scripts/docs_hooks.py builds them)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from django_workers.conf import DEFAULTS
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+@pytest.fixture(scope="module")
+def hooks() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "scripts" / "docs_hooks.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_settings_table_has_every_setting_with_its_default(hooks: ModuleType) -> None:
+    page = (ROOT / "docs" / "reference" / "settings.md").read_text()
+    assert hooks.settings_table_problems(page) == []
+
+
+def test_a_setting_without_a_row_or_with_another_default_is_a_problem(hooks: ModuleType) -> None:
+    page = (ROOT / "docs" / "reference" / "settings.md").read_text()
+    without_store = "\n".join(line for line in page.splitlines() if "| `STORE` |" not in line)
+    other_lease = page.replace("| `30.0` |", "| `60.0` |")
+    assert hooks.settings_table_problems(without_store) == [
+        "STORE is a setting (django_workers/conf.py) without a row"
+    ]
+    assert hooks.settings_table_problems(other_lease) == [
+        "LEASE_TIMEOUT's default is 30.0 in django_workers/conf.py, the table says 60.0"
+    ]
+    assert len(DEFAULTS) == page.count("\n| `")
+
+
+def test_the_options_tables_list_every_option_of_each_command(hooks: ModuleType) -> None:
+    runworkers = hooks.options_table(hooks.command_parser("runworkers"))
+    for option in ("--queues QUEUES", "--concurrency", "--burst", "--metrics-port", "-v"):
+        assert f"| `{option}" in runworkers
+    assert "--settings" not in runworkers  # Django's common options are said once, in prose
+    workers = hooks.subcommands(hooks.command_parser("workers"))
+    assert set(workers) == {
+        "status", "list", "show", "cancel", "retry", "rerun-workflow", "purge", "schedules",
+    }  # fmt: skip
+    assert "| `--older-than OLDER_THAN` |" in hooks.options_table(workers["purge"][1])
+
+
+def test_the_exit_codes_are_those_runworkers_help_prints(hooks: ModuleType) -> None:
+    parser = hooks.command_parser("runworkers")
+    codes = dict(hooks.exit_codes(parser.epilog))
+    assert list(codes) == ["0", "1", "2", "3", "4", "5", "130"]
+    assert codes["3"].startswith("the drain timeout passed")
+
+
+def test_links_out_of_docs_point_at_the_repository(hooks: ModuleType) -> None:
+    page = "See [the log](../benchmarks/HISTORY.md#drain) and [runtime](runtime.md#settings)."
+    linked = hooks._repository_links(page, "performance.md", ROOT / "docs")
+    assert linked == (
+        f"See [the log]({hooks.REPOSITORY}/blob/main/benchmarks/HISTORY.md#drain) "
+        "and [runtime](runtime.md#settings)."
+    )
