@@ -30,6 +30,7 @@ from django_workers.authority import (
     user_id_of,
 )
 from django_workers.bounds import NODE_NAME_MAX_LENGTH
+from django_workers.core import new_run_id
 from django_workers.engine import machine
 from django_workers.engine.records import (
     node_key,
@@ -65,7 +66,6 @@ from django_workers.submission import (
     _check_size,
     _options_json,
     effective_options,
-    new_run_id,
 )
 from django_workers.workflows.handles import WorkflowHandle
 from django_workers.workflows.plan import NodePlan, UndoPlan, WorkflowPlan
@@ -406,7 +406,7 @@ def _declared(task: object) -> TaskOptions | None:
 
 
 def _stored_options(
-    options: object, declared: TaskOptions | None, django_task: Task | None
+    options: object, declared: TaskOptions | None, django_task: Task[..., Any] | None
 ) -> dict[str, Any]:
     stored = dict(_options_json(effective_options(options, declared)))
     if django_task is not None and django_task.takes_context:
@@ -414,7 +414,9 @@ def _stored_options(
     return stored
 
 
-def _declared_options(declared: TaskOptions | None, django_task: Task | None) -> dict[str, Any]:
+def _declared_options(
+    declared: TaskOptions | None, django_task: Task[..., Any] | None
+) -> dict[str, Any]:
     """An undo's options when it is given none: only those its task's declaration sets."""
     stored: dict[str, Any] = {}
     if declared is not None:

@@ -16,15 +16,18 @@ from typing import Any
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import QuerySet
 
 from django_workers.conf import workers_settings
 from django_workers.info import TaskInfo
 from django_workers.models import (
     HeldSlot,
     TaskRecord,
+    TaskRecordQuerySet,
     TaskWatcher,
     WorkerProcess,
     WorkflowRecord,
+    WorkflowRecordQuerySet,
     record_fields,
 )
 from django_workers.stores import rows, sql
@@ -91,10 +94,10 @@ class DatabaseAccess(WorkerStore):
     def vendor(self) -> str:
         return connections[self.using].vendor
 
-    def _records(self) -> Any:
+    def _records(self) -> TaskRecordQuerySet:
         return TaskRecord.objects.using(self.using)
 
-    def _watchers(self) -> Any:
+    def _watchers(self) -> QuerySet[TaskWatcher]:
         return TaskWatcher.objects.using(self.using)
 
     def _atomic(self) -> Any:
@@ -110,19 +113,19 @@ class DatabaseAccess(WorkerStore):
         name = str(connection.settings_dict["NAME"])
         return _SQLITE_WRITERS.get(name) or _SQLITE_WRITERS.setdefault(name, threading.RLock())
 
-    def _slots(self) -> Any:
+    def _slots(self) -> QuerySet[HeldSlot]:
         return HeldSlot.objects.using(self.using)
 
-    def _workers(self) -> Any:
+    def _workers(self) -> QuerySet[WorkerProcess]:
         return WorkerProcess.objects.using(self.using)
 
-    def _flows(self) -> Any:
+    def _flows(self) -> WorkflowRecordQuerySet:
         return WorkflowRecord.objects.using(self.using)
 
     def _autocommit(self) -> bool:
         return _in_autocommit(connections[self.using])
 
-    def _fenced(self, task_id: str, run_id: RunId) -> Any:
+    def _fenced(self, task_id: str, run_id: RunId) -> TaskRecordQuerySet:
         qs = self._records().filter(pk=task_id)
         return qs if run_id is ANY_RUN else qs.filter(run_id=run_id)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db import DatabaseError, connections
 from django.db.models import F
@@ -74,7 +74,8 @@ class EndWriter:
                             run_id=end.run_id,
                             task_id=end.task_id,
                             queue=row["queue"],
-                            worker_id=row["worker_id"],
+                            # A running record always names its worker.
+                            worker_id=cast(str, row["worker_id"]),
                             held_since=clock.now(),
                         )
                     ],

@@ -121,10 +121,10 @@ class DatabaseRunQueue(DatabaseAccess):
             )
             # The ids were PENDING under this transaction's locks, so RUNNING for us now
             # means claimed by this statement.
-            found = self._records().filter(
+            running = self._records().filter(
                 pk__in=ids, status=TaskStatus.RUNNING, worker_id=worker_id
             )
-            claimed = list(found.values(*COLUMNS))
+            claimed = list(running.values(*COLUMNS))
         claimed.sort(key=rows.claim_order)
         return self._infos(claimed)
 

@@ -137,8 +137,8 @@ class DatabaseReads(DatabaseAccess):
                 row["retrying"],
             )
         held = self._slots().order_by().values("queue").annotate(n=Count("run_id"))
-        for row in held.values_list("queue", "n"):
-            rows.queue_fields(found, row[0])["held_slots"] += row[1]
+        for queue, n in held.values_list("queue", "n"):
+            rows.queue_fields(found, queue)["held_slots"] += n
         return [QueueCounts(**found[name]) for name in sorted(found)]
 
     def ended_counts(self, since: Sequence[datetime]) -> list[EndedCounts]:
