@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from django_workers import lifecycle
 from django_workers.cancellation import CancelReason
-from django_workers.core import NewTask, new_run_id
+from django_workers.core import NewTask, StoredUndo, WorkflowColumns, WorkflowRow, new_run_id
 from django_workers.engine import machine
 from django_workers.engine.machine import (
     CancelWaiting,
@@ -69,11 +69,11 @@ RECORD_COLUMNS = (
 class WorkflowBook(Protocol):
     """What a store offers the workflow routine, each call inside the store's transaction."""
 
-    def lock_workflows(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def lock_workflows(self, ids: Sequence[str]) -> dict[str, WorkflowRow]:
         """Lock the rows of these workflows (in id order) and return them by id."""
         ...
 
-    def save_workflow(self, workflow_id: str, fields: Mapping[str, Any]) -> None:
+    def save_workflow(self, workflow_id: str, fields: WorkflowColumns) -> None:
         """Write these columns of a locked workflow row."""
         ...
 
@@ -122,8 +122,8 @@ def events_of(ends: Iterable[TaskEnd]) -> dict[str, list[Event]]:
 
 
 def plain_outcome(
-    row: Mapping[str, Any], events: Iterable[Event], now: datetime
-) -> tuple[dict[str, Any], list[str]] | None:
+    row: WorkflowRow, events: Iterable[Event], now: datetime
+) -> tuple[WorkflowColumns, list[str]] | None:
     """The new columns of a workflow and the task ids it promotes, when that is all it does.
 
     None when an event has any other effect (a refusal, a stop, an undo to queue):
@@ -165,7 +165,7 @@ def cancel(
     return True
 
 
-def _undoable(row: Mapping[str, Any]) -> list[str]:
+def _undoable(row: WorkflowRow) -> list[str]:
     """The completed nodes whose undo a compensating cancel would run."""
     return [
         node["name"]
@@ -202,19 +202,18 @@ def pre_run(
     return allowed, refusals
 
 
-def _settle(
-    book: WorkflowBook, row: dict[str, Any], events: Iterable[Event], now: datetime
-) -> None:
+def _settle(book: WorkflowBook, row: WorkflowRow, events: Iterable[Event], now: datetime) -> None:
     """Apply ``events`` in turn, carrying out each one's effects; write the state once."""
     state = state_of(row)
     for event in events:
         state = _apply(book, row, state, event, now)
     fields = _columns_of(row, state, now)
     book.save_workflow(row["id"], fields)
-    row.update(fields)
+    # WorkflowColumns are a part of WorkflowRow; mypy's update() takes only a partial row.
+    row.update(fields)  # type: ignore[typeddict-item]
 
 
-def _columns_of(row: Mapping[str, Any], state: WorkflowState, now: datetime) -> dict[str, Any]:
+def _columns_of(row: WorkflowRow, state: WorkflowState, now: datetime) -> WorkflowColumns:
     """The columns that make ``row`` hold ``state``; an end stamps ``finished_at`` once."""
     fields = row_fields(row, state)
     if state.ended and row.get("finished_at") is None:
@@ -223,7 +222,7 @@ def _columns_of(row: Mapping[str, Any], state: WorkflowState, now: datetime) -> 
 
 
 def _apply(
-    book: WorkflowBook, row: Mapping[str, Any], state: WorkflowState, event: Event, now: datetime
+    book: WorkflowBook, row: WorkflowRow, state: WorkflowState, event: Event, now: datetime
 ) -> WorkflowState:
     """Apply one event and carry out its effects; return the new state.
 
@@ -246,13 +245,13 @@ def _apply(
     return transition.state
 
 
-def _task_id(row: Mapping[str, Any], name: str) -> str:
+def _task_id(row: WorkflowRow, name: str) -> str:
     return node_task_id(row["id"], row["key"], node_label(name))
 
 
 def _refuse(
     book: WorkflowBook,
-    row: Mapping[str, Any],
+    row: WorkflowRow,
     effects: Sequence[Effect],
     reason: CancelReason,
     now: datetime,
@@ -273,7 +272,7 @@ def _refuse(
 
 
 def _carry_out(
-    book: WorkflowBook, row: Mapping[str, Any], effects: Sequence[Effect], now: datetime
+    book: WorkflowBook, row: WorkflowRow, effects: Sequence[Effect], now: datetime
 ) -> None:
     """Do what the machine asked besides refusals (done first, by ``_refuse``)."""
     if promote := [_task_id(row, e.node) for e in effects if isinstance(e, Promote)]:
@@ -293,8 +292,9 @@ def _ended(label: str, status: TaskStatus) -> Event:
     return UndoEnded(name, outcome) if undo else NodeEnded(name, outcome)
 
 
-def _undo_task(row: Mapping[str, Any], name: str, now: datetime) -> NewTask:
-    undo = next(node["undo"] for node in row["nodes"] if node["name"] == name)
+def _undo_task(row: WorkflowRow, name: str, now: datetime) -> NewTask:
+    # Only a node that has an undo has one to queue.
+    undo = cast(StoredUndo, next(node["undo"] for node in row["nodes"] if node["name"] == name))
     owner = row["owner"]
     key = node_key(row["key"], name, undo=True)
     return NewTask(

@@ -9,6 +9,7 @@ from typing import Any
 
 from django_workers.authority import owner_of
 from django_workers.cancellation import CancelReason
+from django_workers.core import NodeRow, TaskRow
 from django_workers.engine.records import NodeRecord
 from django_workers.exceptions import AuthorizationError, InvalidTaskKey
 from django_workers.info import TERMINAL_STATUSES, TaskFailure, TaskInfo, TaskStatus
@@ -89,7 +90,7 @@ def options_of(stored: Mapping[str, Any] | None) -> TaskOptions:
     return found
 
 
-def info_of(row: Mapping[str, Any], watchers: Iterable[str]) -> TaskInfo:
+def info_of(row: TaskRow, watchers: Iterable[str]) -> TaskInfo:
     """Build the snapshot of a record; ``watchers`` lists the owner first, then grants."""
     owner = row["owner"]
     listed = ([owner] if owner else []) + [w for w in watchers if w != owner]
@@ -166,7 +167,7 @@ def refuse_node_key(task_id: str, workflow: str | None) -> None:
         )
 
 
-def node_record(row: Mapping[str, Any]) -> NodeRecord:
+def node_record(row: NodeRow) -> NodeRecord:
     """What a workflow's status shows of a node's record (``id``, ``status``, ``result``...)."""
     status = str(row["status"]).lower()
     reason = None

@@ -33,6 +33,7 @@ from django_workers.bounds import NODE_NAME_MAX_LENGTH
 from django_workers.core import new_run_id
 from django_workers.engine import machine
 from django_workers.engine.records import (
+    HasNodes,
     node_key,
     node_label,
     node_task_id,
@@ -435,7 +436,7 @@ def _write(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> Work
     start = machine.start(
         plan.machine_nodes(), fail_fast=plan.fail_fast, undo_on_cancel=plan.undo_on_cancel
     )
-    row = {
+    row: HasNodes = {
         "nodes": plan_nodes(
             [
                 {

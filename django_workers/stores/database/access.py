@@ -10,15 +10,16 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import QuerySet
 
 from django_workers.conf import workers_settings
+from django_workers.core import GrantedTaskRow, TaskRow
 from django_workers.info import TaskInfo
 from django_workers.models import (
     HeldSlot,
@@ -69,7 +70,7 @@ def _in_autocommit(connection: BaseDatabaseWrapper) -> bool:
     return not connection.in_atomic_block and bool(connection.get_autocommit())
 
 
-def _claimed(found: list[dict[str, Any]]) -> list[TaskInfo]:
+def _claimed(found: list[GrantedTaskRow]) -> list[TaskInfo]:
     """Claimed records with their watchers under ``grants``, as snapshots in claim order."""
     if len(found) > 1:
         found.sort(key=rows.claim_order)
@@ -134,13 +135,14 @@ class DatabaseAccess(WorkerStore):
         grants = self._watchers().filter(task_id=task_id).order_by("pk")
         return list(grants.values_list("user_id", flat=True))
 
-    def _infos(self, found: list[dict[str, Any]]) -> list[TaskInfo]:
+    def _infos(self, found: Sequence[Mapping[str, Any]]) -> list[TaskInfo]:
+        """Snapshots of rows the ORM read with ``COLUMNS``: task rows, with their grants."""
         grants: dict[str, list[str]] = {}
         if found:
             pairs = self._watchers().filter(task_id__in=[r["id"] for r in found]).order_by("pk")
             for task_id, user_id in pairs.values_list("task_id", "user_id"):
                 grants.setdefault(task_id, []).append(user_id)
-        return [rows.info_of(row, grants.get(row["id"], ())) for row in found]
+        return [rows.info_of(cast(TaskRow, row), grants.get(row["id"], ())) for row in found]
 
     def _insert(self, news: Sequence[NewTask]) -> None:
         sql.insert_records(connections[self.using], news)

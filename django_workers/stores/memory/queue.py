@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
+from django_workers.core import WorkflowRow
 from django_workers.engine import persistence
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
@@ -138,9 +139,11 @@ class _Book:
         self.store = store
         self.queues: set[str] = set()
 
-    def lock_workflows(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def lock_workflows(self, ids: Sequence[str]) -> dict[str, WorkflowRow]:
         found = (self.store._flows.get(workflow_id) for workflow_id in ids)
-        return {row["id"]: copy.deepcopy(row) for row in found if row is not None}
+        return {
+            row["id"]: cast(WorkflowRow, copy.deepcopy(row)) for row in found if row is not None
+        }
 
     def save_workflow(self, workflow_id: str, fields: Mapping[str, Any]) -> None:
         self.store._flows[workflow_id].update(copy.deepcopy(dict(fields)))

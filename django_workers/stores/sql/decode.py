@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_workers.core import GrantedTaskRow, NodeRow, WorkflowRow
 from django_workers.models import WorkflowRecord
 from django_workers.references import JSON_SCALARS
 from django_workers.stores.sql.columns import _FIELDS, DATETIME_COLUMNS, JSON_COLUMNS
@@ -22,13 +23,13 @@ _DATETIME_AT = [i for i, name in enumerate(_FIELDS) if name in DATETIME_COLUMNS]
 
 def _records(
     fetched: Sequence[Sequence[Any]], convert: Callable[[Any], Any] | None = None
-) -> list[dict[str, Any]]:
+) -> list[GrantedTaskRow]:
     """Rows of ``_RECORD_SELECT`` (or ``_RECORD_SELECT_SQLITE``) as records.
 
     Their watchers go under ``grants``; ``convert``, where the driver's datetimes
     are not what the ORM returns, converts each datetime column.
     """
-    records = []
+    records: list[GrantedTaskRow] = []
     for values in fetched:
         if convert is not None:
             values = list(values)
@@ -43,7 +44,8 @@ def _records(
         if isinstance(grants, str):
             grants = [user_id for _grant, user_id in sorted(json.loads(grants))]
         record["grants"] = list(grants)
-        records.append(record)
+        # Every column of the record, decoded as the ORM decodes it: a task row.
+        records.append(cast(GrantedTaskRow, record))
     return records
 
 
@@ -115,9 +117,9 @@ _WORKFLOW_DATETIMES = frozenset(
 
 def _workflows(
     fetched: Sequence[Sequence[Any]], convert: Callable[[Any], Any] | None = None
-) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+) -> list[tuple[WorkflowRow, list[NodeRow]]]:
     """Rows of a workflow select as (workflow row, its records' ``NODE_COLUMNS``) pairs."""
-    found = []
+    found: list[tuple[WorkflowRow, list[NodeRow]]] = []
     for values in fetched:
         row = dict(zip(WORKFLOW_COLUMNS, values[:-1], strict=True))
         for name in _WORKFLOW_JSON:
@@ -129,5 +131,6 @@ def _workflows(
         records = values[-1]
         if isinstance(records, str):
             records = json.loads(records)
-        found.append((row, [dict(zip(NODE_COLUMNS, r, strict=True)) for r in records or ()]))
+        nodes = [cast(NodeRow, dict(zip(NODE_COLUMNS, r, strict=True))) for r in records or ()]
+        found.append((cast(WorkflowRow, row), nodes))
     return found
