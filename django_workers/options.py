@@ -23,8 +23,9 @@ SECONDS_OPTIONS = ("timeout", "retry_backoff", "retry_backoff_max")
 #: The options that list exception classes, stored as their dotted paths.
 EXCEPTION_OPTIONS = ("retry_on", "retry_never")
 
-#: Exception classes, or their dotted paths, as ``retry_on`` and ``retry_never`` take them.
-ExceptionRefs = Sequence[type[BaseException] | str]
+#: Exception classes, or their dotted paths, as ``retry_on`` and ``retry_never`` take them:
+#: a list, or one alone.
+ExceptionRefs = type[BaseException] | str | Sequence[type[BaseException] | str]
 
 
 class _Unset:

@@ -181,7 +181,7 @@ def test_cancelling_after_a_node_completed_compensates_it(store: WorkerStore) ->
 
 def _cancel_while_charge_runs(store: WorkerStore, key: str, **flags: bool) -> tuple[str, object]:
     """Submit ``order(key)``, claim and start its charge; return the handle's id and the run."""
-    handle = order(key, **flags).submit(store=store)
+    handle = order(key, ANN, **flags).submit(store=store)
     [claimed] = store.claim("w", None, 1, clock.now())
     assert store.begin_runs([claimed]) == [True]
     return handle.id, claimed

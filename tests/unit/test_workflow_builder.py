@@ -23,7 +23,7 @@ from django_workers.workflows import (
     WorkflowNotFound,
     WorkflowPlan,
 )
-from django_workers.workflows.builder import NodePlan, UndoPlan
+from django_workers.workflows.plan import NodePlan, UndoPlan
 from tests import tasks
 
 
@@ -224,7 +224,12 @@ def test_authority_is_required_at_the_call(authority: object) -> None:
 
 def test_the_authorizer_is_asked_for_every_node_and_undo(store: InMemoryWorkerStore) -> None:
     asked: list[tuple[str, str]] = []
-    set_queue_authorizer(store, lambda queue, user_id: asked.append((queue, user_id)) or True)
+
+    def authorizer(queue: str, user_id: str) -> bool:
+        asked.append((queue, user_id))
+        return True
+
+    set_queue_authorizer(store, authorizer)
     diamond().plan(store)
     assert asked == [("files", "42"), ("default", "42"), ("files", "42")] + [("default", "42")] * 2
 
@@ -253,7 +258,12 @@ def test_every_refused_queue_is_named(store: InMemoryWorkerStore) -> None:
 
 def test_bad_input_is_reported_before_the_authorizer_is_asked(store: InMemoryWorkerStore) -> None:
     asked: list[str] = []
-    set_queue_authorizer(store, lambda queue, user_id: asked.append(queue) or False)
+
+    def authorizer(queue: str, user_id: str) -> bool:
+        asked.append(queue)
+        return False
+
+    set_queue_authorizer(store, authorizer)
     wf = diamond()
     wf.add("bad name", tasks.noop)
     with pytest.raises(InvalidWorkflow):
