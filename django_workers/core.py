@@ -100,6 +100,20 @@ class NodeRow(TypedDict):
     cancel_reason: str
 
 
+class LiveNodeRow(TypedDict):
+    """A node's record as the workflow engine reads it before ending or starting it."""
+
+    id: str
+    run_id: str
+    status: str
+    worker_id: str | None
+    queue: str
+    #: A node's record always names its workflow, and its node (``engine.records.node_label``).
+    workflow: str
+    node: str
+    cancel_reason: str
+
+
 class StoredUndo(TypedDict):
     """A node's undo call in a workflow row, and where the undo is (``UndoStatus``)."""
 

@@ -18,11 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 from django_workers import lifecycle
 from django_workers.cancellation import CancelReason
-from django_workers.core import NewTask, StoredUndo, WorkflowColumns, WorkflowRow, new_run_id
+from django_workers.core import (
+    LiveNodeRow,
+    NewTask,
+    StoredUndo,
+    WorkflowColumns,
+    WorkflowRow,
+    new_run_id,
+)
 from django_workers.engine import machine
 from django_workers.engine.machine import (
     CancelWaiting,
@@ -53,7 +60,7 @@ from django_workers.exceptions import WorkflowCancelNarrows
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 
-#: The record columns the effects read before ending a node's record.
+#: The record columns the effects read before ending a node's record (a ``LiveNodeRow``).
 RECORD_COLUMNS = (
     "id",
     "run_id",
@@ -77,7 +84,7 @@ class WorkflowBook(Protocol):
         """Write these columns of a locked workflow row."""
         ...
 
-    def node_records(self, task_ids: Sequence[str]) -> list[dict[str, Any]]:
+    def node_records(self, task_ids: Sequence[str]) -> list[LiveNodeRow]:
         """The ``RECORD_COLUMNS`` of these task records (those that exist)."""
         ...
 
@@ -175,7 +182,7 @@ def _undoable(row: WorkflowRow) -> list[str]:
 
 
 def pre_run(
-    runs: Sequence[TaskInfo], records: Mapping[str, Mapping[str, Any]], now: datetime
+    runs: Sequence[TaskInfo], records: Mapping[str, LiveNodeRow], now: datetime
 ) -> tuple[list[bool], list[TaskEnd]]:
     """The pre-run check of claimed node runs, read from their records: which may start.
 
@@ -195,6 +202,7 @@ def pre_run(
             and record["status"] == TaskStatus.RUNNING
             and record["worker_id"] == info.worker_id
         )
+        # ``ours`` implies a record; the checker cannot follow that through the name.
         stop = CancelReason(record["cancel_reason"]) if ours else CancelReason.NONE  # type: ignore[index]
         allowed.append(ours and stop is CancelReason.NONE)
         if ours and stop is not CancelReason.NONE:

@@ -56,7 +56,8 @@ class TaskSerializer(serializers.Serializer[Any]):
     # Any JSON, null included (a bare schema accepts null; "nullable" would make it ambiguous).
     result = serializers.JSONField(read_only=True)
     error = TaskFailureSerializer(read_only=True, allow_null=True)
-    # The metaclass takes declared fields off the class, so Serializer.errors stays intact.
+    # The metaclass takes declared fields off the class, so Serializer.errors stays intact
+    # (the checker sees a field replace the errors property).
     errors = TaskFailureSerializer(many=True, read_only=True)  # type: ignore[assignment]
     cancel_reason = serializers.ChoiceField(choices=list(CancelReason), read_only=True)
     run_id = serializers.CharField(read_only=True)

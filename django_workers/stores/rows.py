@@ -81,9 +81,9 @@ def options_of(stored: Mapping[str, Any] | None) -> TaskOptions:
             key = (items, tuple(map(type, stored.values())))
             found = _OPTIONS.get(key)
         except TypeError:  # a value that still cannot be a key: build it each time
-            return TaskOptions.from_json(stored)  # type: ignore[arg-type]
+            return TaskOptions.from_json(stored)
     if found is None:
-        found = TaskOptions.from_json(stored)  # type: ignore[arg-type]
+        found = TaskOptions.from_json(stored)
         if len(_OPTIONS) >= _OPTIONS_MAX:
             _OPTIONS.clear()
         _OPTIONS[key] = found

@@ -401,6 +401,7 @@ def _declared(task: object) -> TaskOptions | None:
     """The defaults ``django_workers.task`` gave ``task``; None if it has none or is refused
     (the refusal is reported with the node's task)."""
     try:
+        # Any object until checked: one task_reference cannot take raises TypeError here.
         return task_reference(task)[1]  # type: ignore[arg-type]
     except (TaskNotImportable, TypeError):
         return None

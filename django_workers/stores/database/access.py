@@ -61,6 +61,8 @@ def _one_writer[Method: Callable[..., Any]](method: Method) -> Method:
         with self._writing():
             return method(self, *args, **kwargs)
 
+    # The wrapper takes and returns what ``method`` does (a ParamSpec cannot say so of
+    # methods that take **fields: their ``self`` could come by name).
     return one_writer  # type: ignore[return-value]
 
 

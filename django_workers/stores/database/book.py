@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from django_workers import local_wake
 from django_workers.cancellation import CancelReason
-from django_workers.core import NewTask, WorkflowRow
+from django_workers.core import LiveNodeRow, NewTask, WorkflowRow
 from django_workers.engine import persistence
 from django_workers.info import TaskStatus
 from django_workers.lifecycle import TaskEnd
@@ -49,10 +49,10 @@ class Book:
         promote, self.promotions = self.promotions, []
         self.writer.save_workflow(workflow_id, fields, promote)
 
-    def node_records(self, task_ids: Sequence[str]) -> list[dict[str, Any]]:
+    def node_records(self, task_ids: Sequence[str]) -> list[LiveNodeRow]:
         self.promote_now()
         found = self.store._records().filter(pk__in=list(task_ids))
-        return list(found.values(*persistence.RECORD_COLUMNS))
+        return [cast(LiveNodeRow, r) for r in found.values(*persistence.RECORD_COLUMNS)]
 
     def write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
         self.promote_now()

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
-from django_workers.core import WorkflowRow
+from django_workers.core import LiveNodeRow, WorkflowRow
 from django_workers.engine import persistence
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
@@ -148,9 +148,13 @@ class _Book:
     def save_workflow(self, workflow_id: str, fields: Mapping[str, Any]) -> None:
         self.store._flows[workflow_id].update(copy.deepcopy(dict(fields)))
 
-    def node_records(self, task_ids: Sequence[str]) -> list[dict[str, Any]]:
+    def node_records(self, task_ids: Sequence[str]) -> list[LiveNodeRow]:
         found = (self.store._rows.get(task_id) for task_id in task_ids)
-        return [{c: row[c] for c in persistence.RECORD_COLUMNS} for row in found if row]
+        return [
+            cast(LiveNodeRow, {c: row[c] for c in persistence.RECORD_COLUMNS})
+            for row in found
+            if row
+        ]
 
     def write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
         return [self.store._end(end) for end in ends]

@@ -97,6 +97,7 @@ def _sqlite_datetimes(connection: BaseDatabaseWrapper) -> Callable[[Any], Any] |
     """
     if connection.vendor != "sqlite":
         return None
+    # SQLite's operations have it; the base class the connection is typed as does not.
     convert = connection.ops.convert_datetimefield_value  # type: ignore[attr-defined]
     return lambda value: convert(value, None, connection)
 
