@@ -144,7 +144,8 @@ class DatabaseAccess(WorkerStore):
             pairs = self._watchers().filter(task_id__in=[r["id"] for r in found]).order_by("pk")
             for task_id, user_id in pairs.values_list("task_id", "user_id"):
                 grants.setdefault(task_id, []).append(user_id)
-        return [rows.info_of(cast(TaskRow, row), grants.get(row["id"], ())) for row in found]
+        typed = cast(Sequence[TaskRow], found)
+        return [rows.info_of(row, grants.get(row["id"], ())) for row in typed]
 
     def _insert(self, news: Sequence[NewTask]) -> None:
         sql.insert_records(connections[self.using], news)

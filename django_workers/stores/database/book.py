@@ -52,7 +52,7 @@ class Book:
     def node_records(self, task_ids: Sequence[str]) -> list[LiveNodeRow]:
         self.promote_now()
         found = self.store._records().filter(pk__in=list(task_ids))
-        return [cast(LiveNodeRow, r) for r in found.values(*persistence.RECORD_COLUMNS)]
+        return cast(list[LiveNodeRow], list(found.values(*persistence.RECORD_COLUMNS)))
 
     def write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
         self.promote_now()

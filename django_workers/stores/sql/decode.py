@@ -29,7 +29,7 @@ def _records(
     Their watchers go under ``grants``; ``convert``, where the driver's datetimes
     are not what the ORM returns, converts each datetime column.
     """
-    records: list[GrantedTaskRow] = []
+    records = []
     for values in fetched:
         if convert is not None:
             values = list(values)
@@ -44,9 +44,10 @@ def _records(
         if isinstance(grants, str):
             grants = [user_id for _grant, user_id in sorted(json.loads(grants))]
         record["grants"] = list(grants)
-        # Every column of the record, decoded as the ORM decodes it: a task row.
-        records.append(cast(GrantedTaskRow, record))
-    return records
+        records.append(record)
+    # Every column of each record, decoded as the ORM decodes them: task rows. (One cast
+    # for the batch: a claim decodes its records on the worker's hot path.)
+    return cast(list[GrantedTaskRow], records)
 
 
 #: The C scanner ``json.loads`` ends in, called directly. An idle worker's wake-up
@@ -120,7 +121,7 @@ def _workflows(
     fetched: Sequence[Sequence[Any]], convert: Callable[[Any], Any] | None = None
 ) -> list[tuple[WorkflowRow, list[NodeRow]]]:
     """Rows of a workflow select as (workflow row, its records' ``NODE_COLUMNS``) pairs."""
-    found: list[tuple[WorkflowRow, list[NodeRow]]] = []
+    found = []
     for values in fetched:
         row = dict(zip(WORKFLOW_COLUMNS, values[:-1], strict=True))
         for name in _WORKFLOW_JSON:
@@ -132,6 +133,6 @@ def _workflows(
         records = values[-1]
         if isinstance(records, str):
             records = json.loads(records)
-        nodes = [cast(NodeRow, dict(zip(NODE_COLUMNS, r, strict=True))) for r in records or ()]
-        found.append((cast(WorkflowRow, row), nodes))
-    return found
+        found.append((row, [dict(zip(NODE_COLUMNS, r, strict=True)) for r in records or ()]))
+    # Each row's WORKFLOW_COLUMNS and its records' NODE_COLUMNS, decoded.
+    return cast(list[tuple[WorkflowRow, list[NodeRow]]], found)
