@@ -5,7 +5,6 @@ from __future__ import annotations
 from importlib import metadata
 
 from django_workers.api import (
-    TaskSubmission,
     asubmit_task,
     asubmit_tasks,
     aupdate_progress,
@@ -48,6 +47,7 @@ from django_workers.live import current_run
 from django_workers.options import TaskOptions
 from django_workers.periodic import periodic
 from django_workers.stores import default_store, set_queue_authorizer, set_watch_authorizer
+from django_workers.submission import TaskSubmission
 from django_workers.workflows import (
     Workflow,
     WorkflowAlreadyFinished,

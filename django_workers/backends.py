@@ -77,7 +77,7 @@ class WorkersBackend(BaseTaskBackend):
     # The claim takes the highest priority first, then the oldest.
     supports_priority = True
 
-    def validate_task(self, task: Task) -> None:
+    def validate_task(self, task: Task[..., Any]) -> None:
         """Refuse, with InvalidTask, a task a worker in another process could not run."""
         super().validate_task(task)
         name = task.func.__qualname__
@@ -91,7 +91,9 @@ class WorkersBackend(BaseTaskBackend):
                 "move it to a module of your project."
             )
 
-    def enqueue(self, task: Task, args: Sequence[Any], kwargs: Mapping[str, Any]) -> TaskResult:
+    def enqueue[**P, T](
+        self, task: Task[P, T], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> TaskResult[P, T]:
         """Write a global-scope record for ``task`` and return its READY TaskResult."""
         self._require_app()
         self.validate_task(task)
@@ -108,7 +110,7 @@ class WorkersBackend(BaseTaskBackend):
             raise InvalidTask(str(e)) from e
         new = dataclasses.replace(new, options={**new.options, BACKEND_OPTION: self.alias})
         write_tasks([new], System(), store)
-        result: TaskResult = TaskResult(
+        result: TaskResult[P, T] = TaskResult(
             task=task,
             id=new.id,
             status=TaskResultStatus.READY,
@@ -125,7 +127,7 @@ class WorkersBackend(BaseTaskBackend):
         task_enqueued.send(type(self), task_result=result)
         return result
 
-    def get_result(self, result_id: str) -> TaskResult:
+    def get_result(self, result_id: str) -> TaskResult[..., Any]:
         """The TaskResult of a record enqueued through a django.tasks backend."""
         self._require_app()
         try:
@@ -158,10 +160,10 @@ class WorkersBackend(BaseTaskBackend):
             )
 
 
-def task_result_of(info: TaskInfo) -> TaskResult:
+def task_result_of(info: TaskInfo) -> TaskResult[..., Any]:
     """Django's view of a task record (or of a live run's snapshot)."""
     task = _task_of(info)
-    result: TaskResult = TaskResult(
+    result: TaskResult[..., Any] = TaskResult(
         task=task,
         id=info.id,
         status=STATUSES[info.status],
@@ -182,7 +184,7 @@ def task_result_of(info: TaskInfo) -> TaskResult:
     return result
 
 
-def _task_of(info: TaskInfo) -> Task:
+def _task_of(info: TaskInfo) -> Task[..., Any]:
     target = resolve(info.task_path)
     if not isinstance(target, Task):
         raise TaskNotImportable(
@@ -224,7 +226,7 @@ def _task_error(failure: TaskFailure) -> TaskError:
 # -- the worker side ------------------------------------------------------------------
 
 
-def context_of(info: TaskInfo, task: Task) -> TaskContext:
+def context_of(info: TaskInfo, task: Task[..., Any]) -> TaskContext[..., Any]:
     """The first argument of a ``takes_context=True`` task: Django's TaskContext of this run."""
     return TaskContext(task_result=task_result_of(info))
 

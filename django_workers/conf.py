@@ -8,7 +8,7 @@ default below; the cache is dropped on ``setting_changed`` so
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from django.conf import settings
 from django.core.signals import setting_changed
@@ -70,21 +70,52 @@ MERGED = frozenset({"RETENTION"})
 
 
 class WorkersSettings:
-    """Attribute access to DJANGO_WORKERS with defaults."""
+    """Attribute access to DJANGO_WORKERS with defaults.
+
+    Each setting is declared with the type the docs give it: what a reader gets
+    once the system checks pass (they report a value of another type).
+    """
+
+    STORE: str
+    DATABASE: str
+    LISTEN_DATABASE: str | Literal[False] | None
+    QUEUE_AUTHORIZER: str | None
+    WATCH_AUTHORIZER: str | None
+    #: {"reports": {"concurrency": 1}}
+    QUEUES: dict[str, dict[str, Any]]
+    ONLY_LISTED_QUEUES: bool
+    RESULT_MAX_BYTES: int
+    ARGS_MAX_BYTES: int
+    HEARTBEAT_INTERVAL: float
+    LEASE_TIMEOUT: float
+    POLL_INTERVAL: float
+    PROGRESS_THROTTLE: float
+    RETRY_BACKOFF: float
+    RETRY_BACKOFF_MAX: float
+    #: Seconds kept by finished status name (and "WORKFLOWS"); None keeps forever.
+    RETENTION: dict[str, float | None]
+    CLEANUP_INTERVAL: float
+    CLEANUP_BATCH: int
+    #: {"refresh-rates": {"task": "app.tasks.f", "cron": "*/5 * * * *"}}
+    SCHEDULES: dict[str, dict[str, Any]]
+    TASK_MODULES: Sequence[str]
+    METRICS_TOKEN: str | None
 
     def __init__(self) -> None:
         self._cache: dict[str, Any] = {}
 
-    def __getattr__(self, name: str) -> Any:
-        if name not in DEFAULTS:
-            raise AttributeError(f"Unknown DJANGO_WORKERS setting {name!r}")
-        if name not in self._cache:
-            value = user_settings().get(name, DEFAULTS[name])
-            if name in MERGED and isinstance(value, dict):
-                # Naming one status keeps the defaults of the others.
-                value = {**DEFAULTS[name], **value}
-            self._cache[name] = value
-        return self._cache[name]
+    if not TYPE_CHECKING:  # the checker reads the declarations above, not this
+
+        def __getattr__(self, name: str) -> Any:
+            if name not in DEFAULTS:
+                raise AttributeError(f"Unknown DJANGO_WORKERS setting {name!r}")
+            if name not in self._cache:
+                value = user_settings().get(name, DEFAULTS[name])
+                if name in MERGED and isinstance(value, dict):
+                    # Naming one status keeps the defaults of the others.
+                    value = {**DEFAULTS[name], **value}
+                self._cache[name] = value
+            return self._cache[name]
 
     def seconds(self, name: str, given: float | None = None) -> float:
         """``given`` when a caller passed one (a command option, say), else the setting."""

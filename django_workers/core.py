@@ -1,7 +1,9 @@
-"""What the workflow engine and the stores share: the record to write and run ids.
+"""What the workflow engine and the stores share: the record to write, rows, and run ids.
 
 Below both: the stores write ``NewTask`` records, the workflow engine builds them
 (a node's undo) and mints their run ids, and neither imports the other for it.
+The rows a store reads and hands up (a task record, a workflow, a node's record)
+are typed here, so each layer says which columns it reads.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ import os
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any, NotRequired, Protocol, TypedDict
 
 from django_workers.info import TaskInfo, TaskStatus
 
@@ -48,6 +50,125 @@ class NewTask:
     arguments_json: tuple[Any, Any, str, str] | None = field(
         default=None, compare=False, repr=False
     )
+
+
+class TaskRow(TypedDict):
+    """A task record's columns by attribute name, as the ORM's ``values()`` and the SQL reads
+    give them (JSON decoded, datetimes aware); ``rows.info_of`` makes a ``TaskInfo`` of one."""
+
+    id: str
+    key: str
+    owner: str | None
+    scope: str
+    task_path: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue: str
+    priority: int
+    run_after: datetime | None
+    options: dict[str, Any]
+    status: str
+    progress: float
+    attempts: int
+    result: Any
+    #: ``TaskFailure.to_json()`` of the last failure, and of every failed attempt.
+    error: dict[str, Any] | None
+    errors: list[dict[str, Any]]
+    cancel_reason: str
+    run_id: str
+    worker_id: str | None
+    workflow: str | None
+    node: str | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+class GrantedTaskRow(TaskRow):
+    """A task row as the hand-written reads give it: with its watchers' grants, in order."""
+
+    grants: NotRequired[list[str]]
+
+
+class NodeRow(TypedDict):
+    """What a workflow's status reads of one node's (or undo's) task record."""
+
+    id: str
+    status: str
+    result: Any
+    error: dict[str, Any] | None
+    cancel_reason: str
+
+
+class LiveNodeRow(TypedDict):
+    """A node's record as the workflow engine reads it before ending or starting it."""
+
+    id: str
+    run_id: str
+    status: str
+    worker_id: str | None
+    queue: str
+    #: A node's record always names its workflow, and its node (``engine.records.node_label``).
+    workflow: str
+    node: str
+    cancel_reason: str
+
+
+class StoredUndo(TypedDict):
+    """A node's undo call in a workflow row, and where the undo is (``UndoStatus``)."""
+
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    queue: str
+    options: dict[str, Any]
+    status: str
+
+
+class StoredNode(TypedDict):
+    """One node in a workflow row's ``nodes``: the machine's view of it and its calls."""
+
+    name: str
+    deps: list[str]
+    always: bool
+    queue: str
+    #: ``NodeStatus``
+    status: str
+    undo: StoredUndo | None
+
+
+class WorkflowColumns(TypedDict):
+    """The columns that hold the workflow machine's state: what the engine writes."""
+
+    state: str
+    outcome: str | None
+    unabsorbed_failure: bool
+    cancel_undo: bool | None
+    nodes: list[StoredNode]
+    #: Stamped once, by the write that ends the workflow.
+    finished_at: NotRequired[datetime | None]
+    #: Why the accepted cancel came (``user``, ``deadline``); written by a cancel and a re-run.
+    cancel_reason: NotRequired[str | None]
+    #: How many times its nodes have been run; a re-run adds one.
+    runs: NotRequired[int]
+    #: When the current run passes its deadline; a re-run sets it again.
+    deadline_at: NotRequired[datetime | None]
+
+
+class WorkflowRow(WorkflowColumns):
+    """A workflow's columns by attribute name: what the engine reads and a snapshot shows."""
+
+    id: str
+    key: str
+    owner: str | None
+    plan_hash: str
+    fail_fast: bool
+    undo_on_cancel: bool
+    created_at: datetime
+    #: The deadline in seconds as submitted (None: none).
+    deadline: NotRequired[float | None]
+    #: The user ids granted read and cancel at submit, besides the owner.
+    watchers: NotRequired[list[str]]
 
 
 class ReadsTasks(Protocol):

@@ -9,9 +9,9 @@ defaults; options given with a call override them field by field.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, cast, overload
+from typing import Any, Concatenate, Literal, cast, overload
 
-from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_QUEUE_NAME, Task
+from django.tasks import DEFAULT_TASK_BACKEND_ALIAS, DEFAULT_TASK_QUEUE_NAME, Task, TaskContext
 from django.tasks import task as django_task
 from django.tasks.base import DEFAULT_TASK_PRIORITY
 
@@ -20,18 +20,18 @@ from django_workers.references import DECLARED_OPTIONS
 
 
 @overload
-def task(function: Callable[..., Any], /) -> Task: ...
+def task[**P, T](function: Callable[P, T], /) -> Task[P, T]: ...
 
 
 @overload
-def task(
+def task[**P, T](
     function: None = None,
     /,
     *,
     priority: int = DEFAULT_TASK_PRIORITY,
     queue_name: str = DEFAULT_TASK_QUEUE_NAME,
     backend: str = DEFAULT_TASK_BACKEND_ALIAS,
-    takes_context: bool = False,
+    takes_context: Literal[True],
     timeout: float | None = ...,
     retries: int = ...,
     retry_backoff: float | None = ...,
@@ -40,7 +40,27 @@ def task(
     retry_on: ExceptionRefs = ...,
     retry_never: ExceptionRefs = ...,
     **kwargs: Any,
-) -> Callable[[Callable[..., Any]], Task]: ...
+) -> Callable[[Callable[Concatenate[TaskContext[Any, Any], P], T]], Task[P, T]]: ...
+
+
+@overload
+def task[**P, T](
+    function: None = None,
+    /,
+    *,
+    priority: int = DEFAULT_TASK_PRIORITY,
+    queue_name: str = DEFAULT_TASK_QUEUE_NAME,
+    backend: str = DEFAULT_TASK_BACKEND_ALIAS,
+    takes_context: Literal[False] = False,
+    timeout: float | None = ...,
+    retries: int = ...,
+    retry_backoff: float | None = ...,
+    retry_backoff_max: float | None = ...,
+    retry_jitter: bool = ...,
+    retry_on: ExceptionRefs = ...,
+    retry_never: ExceptionRefs = ...,
+    **kwargs: Any,
+) -> Callable[[Callable[P, T]], Task[P, T]]: ...
 
 
 def task(
@@ -59,7 +79,7 @@ def task(
     retry_on: ExceptionRefs = _UNSET,
     retry_never: ExceptionRefs = _UNSET,
     **kwargs: Any,
-) -> Task | Callable[[Callable[..., Any]], Task]:
+) -> Task[..., Any] | Callable[[Callable[..., Any]], Task[..., Any]]:
     """Declare a task: Django's ``@task`` arguments, and its default run options.
 
     InvalidTaskOptions, at import, for an option out of range; the exception
@@ -84,7 +104,7 @@ def task(
         **kwargs,
     )
 
-    def wrapper(func: Callable[..., Any]) -> Task:
+    def wrapper(func: Callable[..., Any]) -> Task[..., Any]:
         if isinstance(func, Task) or not callable(func):
             raise TypeError(
                 f"django_workers.task decorates a function, got {type(func).__name__}; use it "
@@ -96,7 +116,7 @@ def task(
             raise TypeError(
                 f"django_workers.task cannot mark {func!r}; decorate a module-level function."
             ) from None
-        declared: Task = declare(func)
+        declared: Task[..., Any] = declare(func)
         return declared
 
     if function is not None:

@@ -23,9 +23,10 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, cast, overload
 
 from asgiref.sync import sync_to_async
+from django.tasks import Task
 
 from django_workers.api import cancel_task, get_task_status, submit_task
 from django_workers.authority import Authority, Owner, Scope, check_authority
@@ -47,10 +48,46 @@ NOTIFY_SAFETY_POLL = 2.0
 
 def open_task(
     task_id: str, authority: Authority, *, store: WorkerStore | None = None
-) -> TaskHandle:
+) -> TaskHandle[Any]:
     """A handle on the current run of a task the authority may see, else TaskNotFound."""
     store = store or default_store()
     return TaskHandle(get_task_status(task_id, authority, store=store), authority, store)
+
+
+@overload
+def submit[T](
+    key: str,
+    task: Task[..., T] | Callable[..., T],
+    authority: Authority,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    scope: Scope = "user",
+    watchers: Sequence[Owner] = (),
+    queue: str | None = None,
+    priority: int | None = None,
+    run_after: datetime | timedelta | None = None,
+    options: TaskOptions | None = None,
+    store: WorkerStore | None = None,
+) -> TaskHandle[T]: ...
+
+
+@overload
+def submit(
+    key: str,
+    task: str,
+    authority: Authority,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    scope: Scope = "user",
+    watchers: Sequence[Owner] = (),
+    queue: str | None = None,
+    priority: int | None = None,
+    run_after: datetime | timedelta | None = None,
+    options: TaskOptions | None = None,
+    store: WorkerStore | None = None,
+) -> TaskHandle[Any]: ...
 
 
 def submit(
@@ -67,7 +104,7 @@ def submit(
     run_after: datetime | timedelta | None = None,
     options: TaskOptions | None = None,
     store: WorkerStore | None = None,
-) -> TaskHandle:
+) -> TaskHandle[Any]:
     """``submit_task`` with the same arguments, returning a handle on the run instead of the id."""
     store = store or default_store()
     task_id = submit_task(
@@ -87,6 +124,42 @@ def submit(
     return open_task(task_id, authority, store=store)
 
 
+@overload
+async def asubmit[T](
+    key: str,
+    task: Task[..., T] | Callable[..., T],
+    authority: Authority,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    scope: Scope = "user",
+    watchers: Sequence[Owner] = (),
+    queue: str | None = None,
+    priority: int | None = None,
+    run_after: datetime | timedelta | None = None,
+    options: TaskOptions | None = None,
+    store: WorkerStore | None = None,
+) -> TaskHandle[T]: ...
+
+
+@overload
+async def asubmit(
+    key: str,
+    task: str,
+    authority: Authority,
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    scope: Scope = "user",
+    watchers: Sequence[Owner] = (),
+    queue: str | None = None,
+    priority: int | None = None,
+    run_after: datetime | timedelta | None = None,
+    options: TaskOptions | None = None,
+    store: WorkerStore | None = None,
+) -> TaskHandle[Any]: ...
+
+
 async def asubmit(
     key: str,
     task: TaskRef,
@@ -101,9 +174,11 @@ async def asubmit(
     run_after: datetime | timedelta | None = None,
     options: TaskOptions | None = None,
     store: WorkerStore | None = None,
-) -> TaskHandle:
+) -> TaskHandle[Any]:
     """``submit`` from async code (an async view): the same checks and errors; a handle."""
-    return await sync_to_async(submit, thread_sensitive=True)(
+    # Any of submit's overloads: sync_to_async's signature would take only the first.
+    submitting: Callable[..., TaskHandle[Any]] = submit
+    return await sync_to_async(submitting, thread_sensitive=True)(
         key,
         task,
         authority,
@@ -119,8 +194,12 @@ async def asubmit(
     )
 
 
-class TaskHandle:
-    """One run of one task, as seen by an authority; made by ``open_task`` or ``submit``."""
+class TaskHandle[T]:
+    """One run of one task, as seen by an authority; made by ``open_task`` or ``submit``.
+
+    ``T`` is the task's return type where ``submit`` was given the task itself (its
+    function or Django Task); ``result()`` returns it as JSON brought it back.
+    """
 
     def __init__(self, info: TaskInfo, authority: Authority, store: WorkerStore) -> None:
         self.id = info.id
@@ -153,9 +232,9 @@ class TaskHandle:
         """
         return wait_until_finished(self._store, self.id, self.status, timeout, self._late)
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> T:
         """Wait for the end; return the run's value, or raise RemoteTaskError with its error."""
-        return _value_of(self.wait(timeout))
+        return cast(T, _value_of(self.wait(timeout)))
 
     def cancel(self) -> TaskInfo:
         """Cancel this run; TaskAlreadyFinished if it ended or was superseded."""
@@ -190,9 +269,9 @@ class TaskHandle:
                 with contextlib.suppress(TimeoutError):  # asyncio's: this pause is over
                     await asyncio.wait_for(woken.wait(), step)
 
-    async def aresult(self, timeout: float | None = None) -> Any:
+    async def aresult(self, timeout: float | None = None) -> T:
         """See result()."""
-        return _value_of(await self.await_(timeout))
+        return cast(T, _value_of(await self.await_(timeout)))
 
     async def acancel(self) -> TaskInfo:
         """See cancel()."""

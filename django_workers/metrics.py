@@ -37,7 +37,7 @@ try:
     import prometheus_client
     from prometheus_client.core import GaugeMetricFamily
 except ImportError:  # the optional extra is not installed
-    prometheus_client = None  # type: ignore[assignment]
+    prometheus_client = None  # type: ignore[assignment]  # None stands for the missing module
 
 #: What to tell a site that asks for metrics without the extra installed.
 INSTALL_HINT = (

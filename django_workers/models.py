@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from django.core import checks
 from django.db import models
@@ -27,6 +27,18 @@ from django_workers.bounds import (
 )
 from django_workers.cancellation import CancelReason
 from django_workers.info import TaskStatus
+
+
+class QueueCountRow(TypedDict):
+    """One row of ``queue_counts()``: live tasks of one queue, status and worker."""
+
+    queue: str
+    status: str
+    worker_id: str | None
+    count: int
+    oldest: datetime
+    retrying: int
+
 
 #: The order tasks are claimed in: highest priority first, then oldest, then by id.
 CLAIM_ORDER = ("-priority", "created_at", "id")
@@ -47,7 +59,7 @@ class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
     def newest_first(self) -> TaskRecordQuerySet:
         return self.order_by("-created_at", "-id")
 
-    def queue_counts(self) -> models.QuerySet[TaskRecord, dict[str, Any]]:
+    def queue_counts(self) -> models.QuerySet[Any, QueueCountRow]:
         """Per queue, live status and worker: how many tasks, how many ran before, the oldest."""
         return (
             self.filter(status__in=[TaskStatus.PENDING, TaskStatus.RUNNING])

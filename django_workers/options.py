@@ -6,7 +6,7 @@ import functools
 import inspect
 import math
 import reprlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeGuard, cast
 
@@ -23,8 +23,9 @@ SECONDS_OPTIONS = ("timeout", "retry_backoff", "retry_backoff_max")
 #: The options that list exception classes, stored as their dotted paths.
 EXCEPTION_OPTIONS = ("retry_on", "retry_never")
 
-#: Exception classes, or their dotted paths, as ``retry_on`` and ``retry_never`` take them.
-ExceptionRefs = Sequence[type[BaseException] | str]
+#: Exception classes, or their dotted paths, as ``retry_on`` and ``retry_never`` take them:
+#: a list, or one alone.
+ExceptionRefs = type[BaseException] | str | Sequence[type[BaseException] | str]
 
 
 class _Unset:
@@ -110,7 +111,7 @@ class TaskOptions:
         return stored
 
     @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> TaskOptions:
+    def from_json(cls, data: Mapping[str, Any] | None) -> TaskOptions:
         """Rebuild options stored by ``to_json`` (unknown keys are ignored).
 
         A record is always readable: a value stored before today's bounds reads as
@@ -158,6 +159,7 @@ class TaskOptions:
 
 
 # What help() and the docs show: each field's value when it is not given.
+# A class has no __signature__ attribute to mypy; inspect.signature reads it all the same.
 TaskOptions.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
     [
         inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)

@@ -37,7 +37,8 @@ from django_workers.exceptions import ArgumentsNotSerializable, TaskNotAllowed, 
 if TYPE_CHECKING:
     from django_workers.options import TaskOptions
 
-TaskRef = str | Callable[..., Any] | Task
+#: A task as callers name it: its dotted path, its function, or its Django Task.
+type TaskRef = str | Callable[..., Any] | Task[..., Any]
 
 
 def task_path(task: TaskRef) -> str:
@@ -114,7 +115,7 @@ def _refuse_unimportable(func: Callable[..., Any], path: str) -> None:
         )
 
 
-def resolve(path: str) -> Callable[..., Any] | Task:
+def resolve(path: str) -> Callable[..., Any] | Task[..., Any]:
     """Import a task by dotted path: a function or a Django Task, else TaskNotImportable.
 
     TaskNotAllowed, before anything is imported, for a path outside the modules
@@ -133,7 +134,7 @@ def resolve(path: str) -> Callable[..., Any] | Task:
             "TASK_MODULES."
         )
     try:
-        target = _import(path)
+        target: object = _import(path)
     except ImportError as e:
         raise TaskNotImportable(
             f"Cannot import task {path!r}: {e}. Give the full dotted path of a module-level "
@@ -157,7 +158,7 @@ def resolve(path: str) -> Callable[..., Any] | Task:
 #: Paths ``resolve`` allowed, with what each imported to: a path whose import still
 #: gives that object is allowed again without its checks. Cleared when the settings
 #: that decide it change, and when full (a site has far fewer task paths).
-_allowed_targets: dict[str, Callable[..., Any] | Task] = {}
+_allowed_targets: dict[str, Callable[..., Any] | Task[..., Any]] = {}
 _ALLOWED_TARGETS_MAX = 4096
 
 

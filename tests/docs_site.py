@@ -57,7 +57,7 @@ def docs_database(django_db_setup: None, django_db_blocker: Any) -> Iterator[Non
         if "django_workers_taskrecord" in connection.introspection.table_names():
             yield
             return
-        created = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+        created = setup_databases(verbosity=0, interactive=False, aliases={"default": True})
     yield
     with django_db_blocker.unblock():
         teardown_databases(created, verbosity=0)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import factory
 from factory.django import DjangoModelFactory
@@ -19,11 +19,15 @@ def _task_id(new: Any) -> str:
     return scoped_task_key(new.key, authority, new.scope)
 
 
-class NewTaskFactory(factory.Factory):
+class NewTaskFactory(factory.Factory[NewTask]):
     """A record as ``submit_task`` would hand it to a store; user-scoped to alice by default.
 
     ``NewTaskFactory(global_scope=True, watchers=("alice",))`` builds a global task.
     """
+
+    if TYPE_CHECKING:
+        # Calling a factory builds its model (factory-boy's own __new__ is untyped).
+        def __new__(cls, *args: Any, **kwargs: Any) -> NewTask: ...  # type: ignore[misc]
 
     class Meta:
         model = NewTask
@@ -48,8 +52,12 @@ class NewTaskFactory(factory.Factory):
     watchers = factory.LazyAttribute(lambda new: (new.owner,) if new.owner else ())
 
 
-class TaskRecordFactory(DjangoModelFactory):
+class TaskRecordFactory(DjangoModelFactory[TaskRecord]):
     """A task row written straight to the table (database-only tests)."""
+
+    if TYPE_CHECKING:
+        # Calling a factory creates its model (factory-boy's own __new__ is untyped).
+        def __new__(cls, *args: Any, **kwargs: Any) -> TaskRecord: ...  # type: ignore[misc]
 
     class Meta:
         model = TaskRecord
@@ -64,8 +72,12 @@ class TaskRecordFactory(DjangoModelFactory):
     created_at = factory.LazyFunction(clock.now)
 
 
-class TaskWatcherFactory(DjangoModelFactory):
+class TaskWatcherFactory(DjangoModelFactory[TaskWatcher]):
     """A grant of read/list/cancel on a task row."""
+
+    if TYPE_CHECKING:
+        # Calling a factory creates its model (factory-boy's own __new__ is untyped).
+        def __new__(cls, *args: Any, **kwargs: Any) -> TaskWatcher: ...  # type: ignore[misc]
 
     class Meta:
         model = TaskWatcher

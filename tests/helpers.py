@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
 from django.db import connection, connections
@@ -24,8 +24,15 @@ from django_workers.runtime.runtime import WorkerRuntime
 from django_workers.stores import WorkerStore
 
 
-def wait_until[T](predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.01) -> T:
-    """Poll ``predicate`` until it returns something truthy; return it, or fail at the deadline."""
+def wait_until[T](
+    predicate: Callable[[], T | Literal[False] | None],
+    timeout: float = 10.0,
+    interval: float = 0.01,
+) -> T:
+    """Poll ``predicate`` until it returns something truthy; return it, or fail at the deadline.
+
+    Typed as returning what the predicate gives besides False and None: it never returns those.
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()

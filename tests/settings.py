@@ -6,6 +6,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 
@@ -50,7 +51,7 @@ TEMPLATES = [
 ]
 
 
-def _database() -> dict:
+def _database() -> dict[str, Any]:
     url = os.environ.get("DATABASE_URL")
     if not url:
         # A file, not :memory:, so threads and worker subprocesses share one database.
@@ -68,7 +69,7 @@ def _database() -> dict:
             },
             "TEST": {"NAME": name},
         }
-    db = dj_database_url.parse(url, conn_max_age=0)
+    db: dict[str, Any] = {**dj_database_url.parse(url, conn_max_age=0)}
     # A test database per session, so concurrent runs on one server do not collide.
     db["TEST"] = {"NAME": f"test_{db['NAME']}_{os.getpid()}"}
     if db["ENGINE"] == "django.db.backends.mysql":
@@ -80,7 +81,7 @@ def _database() -> dict:
     return db
 
 
-def _databases() -> dict:
+def _databases() -> dict[str, Any]:
     """``default``, and on PostgreSQL ``listen``: a second alias of the same database.
 
     ``listen`` is what a LISTEN_DATABASE alias that connects directly would be (in

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -20,8 +20,15 @@ from django_workers.authority import TASK_ID_MAX_LENGTH
 
 EMPTY = "-"
 
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin
+else:
 
-class ReadOnlyAdmin(admin.ModelAdmin):
+    class _ModelAdmin[M: Model](admin.ModelAdmin):
+        """Django's ModelAdmin, which takes its model as a type argument as its stubs do."""
+
+
+class ReadOnlyAdmin[M: Model](_ModelAdmin[M]):
     """No adding, changing or deleting rows from the admin; no lookups into JSON columns."""
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
@@ -187,7 +194,7 @@ def cancel_each(
 
 
 def report(
-    model_admin: admin.ModelAdmin, request: HttpRequest, outcomes: CancelOutcomes, noun: str
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, outcomes: CancelOutcomes, noun: str
 ) -> None:
     """One message per outcome; ids the user may not see are counted, never named."""
     for done, ids in outcomes.cancelled.items():

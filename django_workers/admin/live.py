@@ -24,10 +24,10 @@ from django.views.decorators.http import require_safe
 #: Milliseconds between two polls of the page's script (``data-dw-interval``).
 POLL_INTERVAL_MS = 1500
 
-Answer = Callable[[admin.ModelAdmin, HttpRequest, str], dict[str, Any]]
+Answer = Callable[["admin.ModelAdmin[Any]", HttpRequest, str], dict[str, Any]]
 
 
-def live_url(model_admin: admin.ModelAdmin, answer: Answer) -> URLPattern:
+def live_url(model_admin: admin.ModelAdmin[Any], answer: Answer) -> URLPattern:
     """``<id>/live/``: ``answer`` as JSON, through the admin's login and permission checks."""
 
     def view(request: HttpRequest, object_id: str) -> HttpResponse:

@@ -24,7 +24,7 @@ from django_workers.stores import default_store
 URL_NAME = "django_workers_queues"
 
 
-def queues_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResponse:
+def queues_view(model_admin: admin.ModelAdmin[Any], request: HttpRequest) -> HttpResponse:
     """Every queue ``workers status`` lists, with the same figures."""
     if not model_admin.has_view_permission(request):
         raise PermissionDenied
@@ -39,7 +39,7 @@ def queues_view(model_admin: admin.ModelAdmin, request: HttpRequest) -> HttpResp
     return TemplateResponse(request, "admin/django_workers/queues.html", context)
 
 
-def queues_url(model_admin: admin.ModelAdmin) -> URLPattern:
+def queues_url(model_admin: admin.ModelAdmin[Any]) -> URLPattern:
     """The page's route, mounted under ``model_admin``'s URLs and gated like its pages."""
 
     def view(request: HttpRequest, **kwargs: Any) -> HttpResponse:

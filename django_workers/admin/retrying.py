@@ -10,6 +10,7 @@ authorizer is asked as for the owner's own submit.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
@@ -75,7 +76,9 @@ LEVELS = {
 }
 
 
-def retry_view(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
+def retry_view(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, object_id: str
+) -> HttpResponse:
     """Run one task again; report it and go back to its page (404 if it is not visible)."""
     task_id = unquote(object_id)
     if not model_admin.has_view_permission(request):
@@ -91,7 +94,7 @@ def retry_view(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: s
     )
 
 
-def retry_url(model_admin: admin.ModelAdmin) -> URLPattern:
+def retry_url(model_admin: admin.ModelAdmin[Any]) -> URLPattern:
     """The button's route: a POST (with Django's CSRF token) to ``<task>/retry/``."""
 
     def view(request: HttpRequest, object_id: str) -> HttpResponse:
@@ -107,7 +110,7 @@ def retry_url(model_admin: admin.ModelAdmin) -> URLPattern:
 
 @admin.action(description="Run selected tasks again (FAILED or CANCELLED ones)")
 def retry_selected(
-    model_admin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[TaskRecord]
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, queryset: QuerySet[TaskRecord]
 ) -> None:
     """Run each selected task again as the user; one message per outcome."""
     by_outcome: dict[str, list[str]] = defaultdict(list)

@@ -29,7 +29,7 @@ from django_workers.web_authority import authority_for_user
 
 
 @admin.register(ScheduleRecord)
-class ScheduleRecordAdmin(ReadOnlyAdmin):
+class ScheduleRecordAdmin(ReadOnlyAdmin[ScheduleRecord]):
     """Schedules, read-only, with "Pause" and "Resume" actions for those who manage all tasks."""
 
     list_display = (

@@ -124,7 +124,7 @@ class TaskPathFilter(admin.SimpleListFilter):
 
 
 @admin.register(TaskRecord)
-class TaskRecordAdmin(ReadOnlyAdmin):
+class TaskRecordAdmin(ReadOnlyAdmin[TaskRecord]):
     """Tasks the signed-in user may see; a Cancel button and a "Cancel selected" action."""
 
     list_display = (
@@ -203,8 +203,9 @@ class TaskRecordAdmin(ReadOnlyAdmin):
         # As the API lists them: the owner first, then the grants.
         watchers = [*([task.owner] if task.owner else []), *(w for w in grants if w != task.owner)]
         labels = user_labels(watchers, request, self.admin_site)
-        task.owner_label = labels.get(task.owner) if task.owner else None
-        task.watcher_labels = [labels[w] for w in watchers]
+        # The change form's template reads the labels off the object it is given.
+        task.owner_label = labels.get(task.owner) if task.owner else None  # type: ignore[attr-defined]
+        task.watcher_labels = [labels[w] for w in watchers]  # type: ignore[attr-defined]
         return task
 
     def _visible_task(self, request: HttpRequest, object_id: str) -> TaskRecord:
@@ -332,7 +333,9 @@ class TaskRecordAdmin(ReadOnlyAdmin):
         )
 
 
-def task_now(model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str) -> dict[str, Any]:
+def task_now(
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, object_id: str
+) -> dict[str, Any]:
     """A task's status, progress, attempts and duration as its page shows them (``live_url``)."""
     assert isinstance(model_admin, TaskRecordAdmin)
     task = model_admin._visible_task(request, object_id)

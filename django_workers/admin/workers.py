@@ -18,7 +18,7 @@ from django_workers.stores import default_store
 
 
 @admin.register(WorkerProcess)
-class WorkerProcessAdmin(ReadOnlyAdmin):
+class WorkerProcessAdmin(ReadOnlyAdmin[WorkerProcess]):
     """The registered runtimes with their heartbeat age, running count and lease state."""
 
     def changelist_view(

@@ -90,7 +90,7 @@ class WorkflowStateFilter(admin.SimpleListFilter):
 
 
 @admin.register(WorkflowRecord)
-class WorkflowRecordAdmin(ReadOnlyAdmin):
+class WorkflowRecordAdmin(ReadOnlyAdmin[WorkflowRecord]):
     """Workflows the signed-in user may see; a page with the DAG's picture; cancel actions."""
 
     list_display = (
@@ -352,7 +352,7 @@ class WorkflowRecordAdmin(ReadOnlyAdmin):
 
 
 def workflow_now(
-    model_admin: admin.ModelAdmin, request: HttpRequest, object_id: str
+    model_admin: admin.ModelAdmin[Any], request: HttpRequest, object_id: str
 ) -> dict[str, Any]:
     """A workflow's state, its DAG's picture and its node table's rows, as its page shows them."""
     assert isinstance(model_admin, WorkflowRecordAdmin)

@@ -23,11 +23,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from django_workers import lifecycle
 from django_workers.cancellation import CancelReason
-from django_workers.core import NewTask, new_run_id
+from django_workers.core import (
+    LiveNodeRow,
+    NewTask,
+    StoredUndo,
+    WorkflowColumns,
+    WorkflowRow,
+    new_run_id,
+)
 from django_workers.engine import machine
 from django_workers.engine.machine import (
     CancelWaiting,
@@ -59,7 +66,7 @@ from django_workers.exceptions import WorkflowCancelNarrows, WorkflowCannotRerun
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 
-#: The record columns the effects read before ending a node's record.
+#: The record columns the effects read before ending a node's record (a ``LiveNodeRow``).
 RECORD_COLUMNS = (
     "id",
     "run_id",
@@ -75,15 +82,15 @@ RECORD_COLUMNS = (
 class WorkflowBook(Protocol):
     """What a store offers the workflow routine, each call inside the store's transaction."""
 
-    def lock_workflows(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def lock_workflows(self, ids: Sequence[str]) -> dict[str, WorkflowRow]:
         """Lock the rows of these workflows (in id order) and return them by id."""
         ...
 
-    def save_workflow(self, workflow_id: str, fields: Mapping[str, Any]) -> None:
+    def save_workflow(self, workflow_id: str, fields: WorkflowColumns) -> None:
         """Write these columns of a locked workflow row."""
         ...
 
-    def node_records(self, task_ids: Sequence[str]) -> list[dict[str, Any]]:
+    def node_records(self, task_ids: Sequence[str]) -> list[LiveNodeRow]:
         """The ``RECORD_COLUMNS`` of these task records (those that exist)."""
         ...
 
@@ -136,8 +143,8 @@ def events_of(ends: Iterable[TaskEnd]) -> dict[str, list[Event]]:
 
 
 def plain_outcome(
-    row: Mapping[str, Any], events: Iterable[Event], now: datetime
-) -> tuple[dict[str, Any], list[str]] | None:
+    row: WorkflowRow, events: Iterable[Event], now: datetime
+) -> tuple[WorkflowColumns, list[str]] | None:
     """The new columns of a workflow and the task ids it promotes, when that is all it does.
 
     None when an event has any other effect (a refusal, a stop, an undo to queue):
@@ -218,17 +225,15 @@ def rerun(
     _carry_out(book, row, transition.effects, now)
     fields = _columns_of(row, transition.state, now)
     deadline = row.get("deadline")
-    fields.update(
-        finished_at=now if transition.state.ended else None,
-        cancel_reason=None,
-        runs=row.get("runs", 1) + 1,
-        deadline_at=None if deadline is None else now + timedelta(seconds=deadline),
-    )
+    fields["finished_at"] = now if transition.state.ended else None
+    fields["cancel_reason"] = None
+    fields["runs"] = row.get("runs", 1) + 1
+    fields["deadline_at"] = None if deadline is None else now + timedelta(seconds=deadline)
     book.save_workflow(workflow_id, fields)
     return True
 
 
-def _undoable(row: Mapping[str, Any]) -> list[str]:
+def _undoable(row: WorkflowRow) -> list[str]:
     """The completed nodes whose undo a compensating cancel would run."""
     return [
         node["name"]
@@ -238,7 +243,7 @@ def _undoable(row: Mapping[str, Any]) -> list[str]:
 
 
 def pre_run(
-    runs: Sequence[TaskInfo], records: Mapping[str, Mapping[str, Any]], now: datetime
+    runs: Sequence[TaskInfo], records: Mapping[str, LiveNodeRow], now: datetime
 ) -> tuple[list[bool], list[TaskEnd]]:
     """The pre-run check of claimed node runs, read from their records: which may start.
 
@@ -258,6 +263,7 @@ def pre_run(
             and record["status"] == TaskStatus.RUNNING
             and record["worker_id"] == info.worker_id
         )
+        # ``ours`` implies a record; the checker cannot follow that through the name.
         stop = CancelReason(record["cancel_reason"]) if ours else CancelReason.NONE  # type: ignore[index]
         allowed.append(ours and stop is CancelReason.NONE)
         if ours and stop is not CancelReason.NONE:
@@ -267,7 +273,7 @@ def pre_run(
 
 def _settle(
     book: WorkflowBook,
-    row: dict[str, Any],
+    row: WorkflowRow,
     events: Iterable[Event],
     now: datetime,
     reason: CancelReason = CancelReason.USER,
@@ -280,12 +286,14 @@ def _settle(
     state = state_of(row)
     for event in events:
         state = _apply(book, row, state, event, now, reason)
-    fields = {**_columns_of(row, state, now), **(extra or {})}
+    fields = _columns_of(row, state, now)
+    fields.update(cast(WorkflowColumns, extra or {}))
     book.save_workflow(row["id"], fields)
-    row.update(fields)
+    # WorkflowColumns are a part of WorkflowRow; mypy's update() takes only a partial row.
+    row.update(fields)  # type: ignore[typeddict-item]
 
 
-def _columns_of(row: Mapping[str, Any], state: WorkflowState, now: datetime) -> dict[str, Any]:
+def _columns_of(row: WorkflowRow, state: WorkflowState, now: datetime) -> WorkflowColumns:
     """The columns that make ``row`` hold ``state``; an end stamps ``finished_at`` once."""
     fields = row_fields(row, state)
     if state.ended and row.get("finished_at") is None:
@@ -295,7 +303,7 @@ def _columns_of(row: Mapping[str, Any], state: WorkflowState, now: datetime) -> 
 
 def _apply(
     book: WorkflowBook,
-    row: Mapping[str, Any],
+    row: WorkflowRow,
     state: WorkflowState,
     event: Event,
     now: datetime,
@@ -322,13 +330,13 @@ def _apply(
     return transition.state
 
 
-def _task_id(row: Mapping[str, Any], name: str) -> str:
+def _task_id(row: WorkflowRow, name: str) -> str:
     return node_task_id(row["id"], row["key"], node_label(name))
 
 
 def _refuse(
     book: WorkflowBook,
-    row: Mapping[str, Any],
+    row: WorkflowRow,
     effects: Sequence[Effect],
     reason: CancelReason,
     now: datetime,
@@ -350,7 +358,7 @@ def _refuse(
 
 def _carry_out(
     book: WorkflowBook,
-    row: Mapping[str, Any],
+    row: WorkflowRow,
     effects: Sequence[Effect],
     now: datetime,
     reason: CancelReason = CancelReason.USER,
@@ -373,8 +381,9 @@ def _ended(label: str, status: TaskStatus) -> Event:
     return UndoEnded(name, outcome) if undo else NodeEnded(name, outcome)
 
 
-def _undo_task(row: Mapping[str, Any], name: str, now: datetime) -> NewTask:
-    undo = next(node["undo"] for node in row["nodes"] if node["name"] == name)
+def _undo_task(row: WorkflowRow, name: str, now: datetime) -> NewTask:
+    # Only a node that has an undo has one to queue.
+    undo = cast(StoredUndo, next(node["undo"] for node in row["nodes"] if node["name"] == name))
     owner = row["owner"]
     key = node_key(row["key"], name, undo=True)
     return NewTask(

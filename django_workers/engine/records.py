@@ -7,8 +7,8 @@ undo. A node's task key is ``"<workflow key>:<node>"`` and its undo's
 ``node`` column holds the node's name, with ``:undo`` for its undo. Names and
 keys never hold ``:``, so these read back without doubt.
 
-Pure: this module imports only the state machine; the stores read and write
-the rows.
+Pure: this module imports only the state machine and the row types; the
+stores read and write the rows.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, TypedDict, cast
 
 from django_workers.bounds import NODE_LABEL_MAX_LENGTH, NODE_NAME_MAX_LENGTH
+from django_workers.core import StoredNode, StoredUndo, WorkflowColumns, WorkflowRow
 from django_workers.engine.machine import (
     NODE_ENDS,
     RERUNNABLE,
@@ -78,7 +79,13 @@ def node_task_id(workflow_id: str, workflow_key: str, label: str) -> str:
 # -- the row ------------------------------------------------------------------------------------
 
 
-def plan_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+class HasNodes(TypedDict):
+    """A workflow row, or the start of one: its ``nodes`` column is all ``row_fields`` reads."""
+
+    nodes: list[StoredNode]
+
+
+def plan_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[StoredNode]:
     """The ``nodes`` column of a new workflow, from each node's name, deps, flags and calls."""
     return [
         {
@@ -87,13 +94,16 @@ def plan_nodes(nodes: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "always": node["always"],
             "queue": node["queue"],
             "status": NodeStatus.WAITING.value,
-            "undo": None if node["undo"] is None else {**node["undo"], "status": "idle"},
+            # The plan's undo call (``UndoPlan.to_json()``), not queued yet.
+            "undo": None
+            if node["undo"] is None
+            else cast(StoredUndo, {**node["undo"], "status": "idle"}),
         }
         for node in nodes
     ]
 
 
-def state_of(row: Mapping[str, Any]) -> WorkflowState:
+def state_of(row: WorkflowRow) -> WorkflowState:
     """The machine's state of the workflow ``row`` holds."""
     nodes = tuple(
         Node(
@@ -117,11 +127,11 @@ def state_of(row: Mapping[str, Any]) -> WorkflowState:
     )
 
 
-def row_fields(row: Mapping[str, Any], state: WorkflowState) -> dict[str, Any]:
+def row_fields(row: HasNodes, state: WorkflowState) -> WorkflowColumns:
     """The columns to write so that ``row`` holds ``state``."""
     nodes = []
     for stored, node in zip(row["nodes"], state.nodes, strict=True):
-        kept = {**stored, "status": node.status.value}
+        kept: StoredNode = {**stored, "status": node.status.value}
         if stored["undo"] is not None:
             kept["undo"] = {**stored["undo"], "status": node.undo.value}
         nodes.append(kept)
@@ -160,7 +170,7 @@ def state_columns(shown: str) -> list[dict[str, Any]]:
     return [{"state": shown}]
 
 
-def in_state(row: Mapping[str, Any], shown: str) -> bool:
+def in_state(row: WorkflowRow, shown: str) -> bool:
     """Whether a workflow row is in the shown state ``shown``."""
     return shown_state(row["state"], row.get("cancel_undo")) == shown
 
@@ -262,7 +272,7 @@ class NodeRecord:
     result_size: int | None
 
 
-def info_of(row: Mapping[str, Any], records: Mapping[str, NodeRecord]) -> WorkflowInfo:
+def info_of(row: WorkflowRow, records: Mapping[str, NodeRecord]) -> WorkflowInfo:
     """The snapshot of a workflow ``row``; ``records`` maps its task ids to what they hold."""
     workflow_id, key = row["id"], row["key"]
     nodes = []
@@ -318,9 +328,7 @@ def watchers_of(row: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(([owner] if owner else []) + granted)
 
 
-def _undo_info(
-    undo: Mapping[str, Any], task_id: str, records: Mapping[str, NodeRecord]
-) -> UndoInfo:
+def _undo_info(undo: StoredUndo, task_id: str, records: Mapping[str, NodeRecord]) -> UndoInfo:
     record = records.get(task_id)
     queued = undo["status"] not in (UndoStatus.IDLE, UndoStatus.WAITING)
     return UndoInfo(

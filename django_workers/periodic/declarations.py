@@ -20,14 +20,14 @@ from typing import Any, Literal, TypeVar
 from django.tasks import Task
 
 from django_workers.authority import KEY_MAX_LENGTH, SEPARATOR, Owner
-from django_workers.bounds import SECONDS_MAX
+from django_workers.bounds import QUEUE_MAX_LENGTH, SECONDS_MAX
 from django_workers.conf import workers_settings
 from django_workers.documentation import docs_url
 from django_workers.exceptions import InvalidSchedule, WorkersError
 from django_workers.options import TaskOptions
 from django_workers.periodic.timing import Timing, timing_of
 from django_workers.references import to_json
-from django_workers.submission import MAX_PRIORITY, MIN_PRIORITY, QUEUE_MAX_LENGTH
+from django_workers.submission import MAX_PRIORITY, MIN_PRIORITY
 
 CatchUp = Literal["latest", "all", "none"]
 CATCH_UP_POLICIES: tuple[CatchUp, ...] = ("latest", "all", "none")
@@ -177,7 +177,7 @@ def _check_call(args: object, kwargs: object) -> None:
 
 # -- the decorator ---------------------------------------------------------------------
 
-F = TypeVar("F", bound=Callable[..., Any] | Task)
+F = TypeVar("F", bound="Callable[..., Any] | Task[..., Any]")
 
 
 class Registry:

@@ -10,10 +10,10 @@ from rest_framework import serializers
 
 from django_workers.api import MAX_LIMIT
 from django_workers.authority import SCOPES
+from django_workers.bounds import QUEUE_MAX_LENGTH
 from django_workers.cancellation import CancelReason
 from django_workers.engine.machine import NodeStatus, UndoStatus
 from django_workers.info import TaskStatus
-from django_workers.submission import QUEUE_MAX_LENGTH
 from django_workers.workflows.handles import STATES as WORKFLOW_STATES
 
 #: The deepest page a list may ask for; paging further is a scan, not a lookup.
@@ -25,7 +25,7 @@ DEFAULT_LIMIT = 100
 PAGE_NUMBER = re.compile(r"-?[0-9]+(?:\.0+)?")
 
 
-class TaskFailureSerializer(serializers.Serializer):
+class TaskFailureSerializer(serializers.Serializer[Any]):
     """How a run failed: the exception's dotted type, its message and traceback."""
 
     type = serializers.CharField(read_only=True)
@@ -33,7 +33,7 @@ class TaskFailureSerializer(serializers.Serializer):
     traceback = serializers.CharField(read_only=True)
 
 
-class TaskSerializer(serializers.Serializer):
+class TaskSerializer(serializers.Serializer[Any]):
     """A ``TaskInfo`` snapshot; timestamps in ISO 8601."""
 
     id = serializers.CharField(read_only=True)
@@ -56,7 +56,8 @@ class TaskSerializer(serializers.Serializer):
     # Any JSON, null included (a bare schema accepts null; "nullable" would make it ambiguous).
     result = serializers.JSONField(read_only=True)
     error = TaskFailureSerializer(read_only=True, allow_null=True)
-    # The metaclass takes declared fields off the class, so Serializer.errors stays intact.
+    # The metaclass takes declared fields off the class, so Serializer.errors stays intact
+    # (the checker sees a field replace the errors property).
     errors = TaskFailureSerializer(many=True, read_only=True)  # type: ignore[assignment]
     cancel_reason = serializers.ChoiceField(choices=list(CancelReason), read_only=True)
     run_id = serializers.CharField(read_only=True)
@@ -69,7 +70,7 @@ class TaskSerializer(serializers.Serializer):
     node = serializers.CharField(read_only=True, allow_null=True)
 
 
-class TaskPageSerializer(serializers.Serializer):
+class TaskPageSerializer(serializers.Serializer[Any]):
     """One page of the caller's tasks, newest first, and the paging that chose it."""
 
     offset = serializers.IntegerField(read_only=True)
@@ -99,7 +100,7 @@ class QueueNameField(serializers.CharField):
         return value
 
 
-class TaskListQuerySerializer(serializers.Serializer):
+class TaskListQuerySerializer(serializers.Serializer[Any]):
     """The list's query parameters; an unknown status or an out-of-range page is refused."""
 
     status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
@@ -108,7 +109,7 @@ class TaskListQuerySerializer(serializers.Serializer):
     limit = PageNumberField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
 
 
-class UndoSerializer(serializers.Serializer):
+class UndoSerializer(serializers.Serializer[Any]):
     """A node's compensation step; its task id is null until the undo is queued."""
 
     state = serializers.ChoiceField(choices=list(UndoStatus), read_only=True)
@@ -118,7 +119,7 @@ class UndoSerializer(serializers.Serializer):
     reason = serializers.CharField(read_only=True, allow_null=True)
 
 
-class WorkflowNodeSerializer(serializers.Serializer):
+class WorkflowNodeSerializer(serializers.Serializer[Any]):
     """One node: its state, dependencies and task; the size of its result, never the result."""
 
     name = serializers.CharField(read_only=True)
@@ -132,7 +133,7 @@ class WorkflowNodeSerializer(serializers.Serializer):
     undo = UndoSerializer(read_only=True, allow_null=True)
 
 
-class WorkflowSerializer(serializers.Serializer):
+class WorkflowSerializer(serializers.Serializer[Any]):
     """A ``WorkflowInfo`` snapshot, its nodes in the order they were added."""
 
     id = serializers.CharField(read_only=True)
@@ -154,7 +155,7 @@ class WorkflowSerializer(serializers.Serializer):
     nodes = WorkflowNodeSerializer(many=True, read_only=True)
 
 
-class WorkflowPageSerializer(serializers.Serializer):
+class WorkflowPageSerializer(serializers.Serializer[Any]):
     """One page of the caller's workflows, newest first, and the paging that chose it."""
 
     offset = serializers.IntegerField(read_only=True)
@@ -162,7 +163,7 @@ class WorkflowPageSerializer(serializers.Serializer):
     results = WorkflowSerializer(many=True, read_only=True)
 
 
-class WorkflowListQuerySerializer(serializers.Serializer):
+class WorkflowListQuerySerializer(serializers.Serializer[Any]):
     """The workflow list's query parameters; an unknown state or an out-of-range page is refused."""
 
     state = serializers.ChoiceField(choices=WORKFLOW_STATES, required=False)
@@ -178,7 +179,7 @@ UNDO_ONLY_NARROWS = (
 )
 
 
-class WorkflowCancelQuerySerializer(serializers.Serializer):
+class WorkflowCancelQuerySerializer(serializers.Serializer[Any]):
     """The cancel's parameters: ``undo=false`` skips compensation; absent keeps the default."""
 
     # allow_null makes an absent or empty value None, not the False of an unticked checkbox.
@@ -192,7 +193,7 @@ class WorkflowCancelQuerySerializer(serializers.Serializer):
         return undo
 
 
-class WorkflowRerunQuerySerializer(serializers.Serializer):
+class WorkflowRerunQuerySerializer(serializers.Serializer[Any]):
     """The re-run's parameter: the plan hash the caller read, so another plan is never re-run."""
 
     plan_hash = serializers.RegexField(
@@ -203,7 +204,7 @@ class WorkflowRerunQuerySerializer(serializers.Serializer):
     )
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer[Any]):
     """Every error answer: a stable code and a message for people."""
 
     error = serializers.CharField(read_only=True)

@@ -17,7 +17,7 @@ from django_workers.references import resolve
 #: Builds the first argument of a ``takes_context=True`` Django task from the run's
 #: snapshot: whoever builds a runtime passes it (``django_workers.backends.context_of``
 #: gives Django's TaskContext), so the runtime needs no knowledge of the backend.
-ContextFactory = Callable[[TaskInfo, Task], Any]
+type ContextFactory = Callable[[TaskInfo, Task[..., Any]], Any]
 
 
 def invoke(
@@ -58,7 +58,7 @@ def _is_async(func: Callable[..., Any]) -> bool:
         return inspect.iscoroutinefunction(func)
 
 
-def _context(factory: ContextFactory | None, info: TaskInfo, task: Task) -> Any:
+def _context(factory: ContextFactory | None, info: TaskInfo, task: Task[..., Any]) -> Any:
     if factory is None:
         raise ImproperlyConfigured(
             f"{info.task_path} takes a context, but this runtime was built without a "

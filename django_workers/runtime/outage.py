@@ -47,7 +47,7 @@ def unreachable(error: BaseException) -> bool:
 
 def backoff_delay(errors: int, cap: float) -> float:
     """Seconds to wait after ``errors`` failures in a row: doubling, capped, with jitter."""
-    delay = min(0.1 * 2 ** min(errors, 16), cap)
+    delay = min(0.1 * 2.0 ** min(errors, 16), cap)
     # Jitter, so that the workers of a cluster do not all reconnect at the same instant.
     return delay / 2 + random.uniform(0, delay / 2)
 

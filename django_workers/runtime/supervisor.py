@@ -105,7 +105,7 @@ class _Slot:
 
 def restart_delay(failures: int) -> float:
     """Seconds before restarting after ``failures`` quick deaths in a row: doubling, jittered."""
-    delay = min(RESTART_DELAY * 2 ** min(failures - 1, 16), RESTART_DELAY_MAX)
+    delay = min(RESTART_DELAY * 2.0 ** min(failures - 1, 16), RESTART_DELAY_MAX)
     return delay / 2 + random.uniform(0, delay / 2)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from django_workers.authority import owner_of
 from django_workers.cancellation import CancelReason
+from django_workers.core import NodeRow, TaskRow
 from django_workers.engine.records import NodeRecord
 from django_workers.exceptions import AuthorizationError, InvalidTaskKey
 from django_workers.info import TERMINAL_STATUSES, TaskFailure, TaskInfo, TaskStatus
@@ -89,16 +90,16 @@ def options_of(stored: Mapping[str, Any] | None) -> TaskOptions:
             key = (items, tuple(map(type, stored.values())))
             found = _OPTIONS.get(key)
         except TypeError:  # a value that still cannot be a key: build it each time
-            return TaskOptions.from_json(stored)  # type: ignore[arg-type]
+            return TaskOptions.from_json(stored)
     if found is None:
-        found = TaskOptions.from_json(stored)  # type: ignore[arg-type]
+        found = TaskOptions.from_json(stored)
         if len(_OPTIONS) >= _OPTIONS_MAX:
             _OPTIONS.clear()
         _OPTIONS[key] = found
     return found
 
 
-def info_of(row: Mapping[str, Any], watchers: Iterable[str]) -> TaskInfo:
+def info_of(row: TaskRow, watchers: Iterable[str]) -> TaskInfo:
     """Build the snapshot of a record; ``watchers`` lists the owner first, then grants."""
     owner = row["owner"]
     listed = ([owner] if owner else []) + [w for w in watchers if w != owner]
@@ -167,7 +168,7 @@ def refuse_node_key(task_id: str, workflow: str | None) -> None:
         )
 
 
-def node_record(row: Mapping[str, Any]) -> NodeRecord:
+def node_record(row: NodeRow) -> NodeRecord:
     """What a workflow's status shows of a node's record (``id``, ``status``, ``result``...)."""
     status = str(row["status"]).lower()
     reason = None

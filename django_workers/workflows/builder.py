@@ -31,8 +31,10 @@ from django_workers.authority import (
     user_id_of,
 )
 from django_workers.bounds import NODE_NAME_MAX_LENGTH, SECONDS_MAX
+from django_workers.core import new_run_id
 from django_workers.engine import machine
 from django_workers.engine.records import (
+    HasNodes,
     node_key,
     node_label,
     node_task_id,
@@ -66,7 +68,6 @@ from django_workers.submission import (
     _check_size,
     _options_json,
     effective_options,
-    new_run_id,
 )
 from django_workers.workflows import sharing
 from django_workers.workflows.handles import WorkflowHandle
@@ -435,13 +436,14 @@ def _declared(task: object) -> TaskOptions | None:
     """The defaults ``django_workers.task`` gave ``task``; None if it has none or is refused
     (the refusal is reported with the node's task)."""
     try:
+        # Any object until checked: one task_reference cannot take raises TypeError here.
         return task_reference(task)[1]  # type: ignore[arg-type]
     except (TaskNotImportable, TypeError):
         return None
 
 
 def _stored_options(
-    options: object, declared: TaskOptions | None, django_task: Task | None
+    options: object, declared: TaskOptions | None, django_task: Task[..., Any] | None
 ) -> dict[str, Any]:
     stored = dict(_options_json(effective_options(options, declared)))
     if django_task is not None and django_task.takes_context:
@@ -449,7 +451,9 @@ def _stored_options(
     return stored
 
 
-def _declared_options(declared: TaskOptions | None, django_task: Task | None) -> dict[str, Any]:
+def _declared_options(
+    declared: TaskOptions | None, django_task: Task[..., Any] | None
+) -> dict[str, Any]:
     """An undo's options when it is given none: only those its task's declaration sets."""
     stored: dict[str, Any] = {}
     if declared is not None:
@@ -468,7 +472,7 @@ def _write(plan: WorkflowPlan, authority: Authority, store: WorkerStore) -> Work
     start = machine.start(
         plan.machine_nodes(), fail_fast=plan.fail_fast, undo_on_cancel=plan.undo_on_cancel
     )
-    row = {
+    row: HasNodes = {
         "nodes": plan_nodes(
             [
                 {

@@ -93,7 +93,9 @@ def test_a_batch_written_in_one_statement_still_joins_a_taken_id(
     assert ids == [*(f"n{i}" for i in range(60)), "shared"]
     listed = {t.id: t for t in tx_store.list_tasks(user_id=None, limit=1000)}
     assert len(listed) == 61
-    assert listed["shared"].run_id == tx_store.get_task_info(shared).run_id  # joined, not re-run
+    shared_info = tx_store.get_task_info(shared)
+    assert shared_info is not None
+    assert listed["shared"].run_id == shared_info.run_id  # joined, not re-run
 
 
 def test_a_refusal_in_a_batch_written_in_one_statement_writes_nothing(

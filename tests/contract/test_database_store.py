@@ -28,7 +28,9 @@ from django_workers import (
     submit_task,
     submit_tasks,
 )
+from django_workers.core import GrantedTaskRow
 from django_workers.models import TaskRecord, TaskWatcher
+from django_workers.references import json_size
 from django_workers.stores import rows, sql
 from django_workers.stores.database import WORKFLOW_COLUMNS, DatabaseWorkerStore
 from django_workers.stores.sql import claim as sql_claim
@@ -252,7 +254,7 @@ def test_on_postgresql_the_claim_function_takes_what_the_claim_statement_takes(
     TaskRecordFactory(queue="mail", priority=9, run_after=now + timedelta(hours=1))
     TaskRecordFactory(queue="mail", priority=9, status=TaskStatus.RUNNING.value)
 
-    def claim(statement: tuple[str, list[Any]]) -> list[dict[str, Any]]:
+    def claim(statement: tuple[str, list[Any]]) -> list[GrantedTaskRow]:
         with transaction.atomic(), connection.cursor() as cursor:
             cursor.execute(*statement)
             # Named as the model's columns, then the watchers: a column added to the
@@ -523,7 +525,7 @@ def test_a_workflow_status_reads_as_the_orm_does_in_one_query(
         ("second", "boom"),
         ("third", "user"),
     ]
-    assert info.nodes[0].result_size == rows.json_size(done)  # type: ignore[union-attr]
+    assert info.nodes[0].result_size == json_size(done)  # type: ignore[union-attr]
     assert store.get_workflow("alice::missing") is None
     with django_assert_num_queries(1 if ONE_STATEMENT else 2):
         mine = store.list_workflows(user_id="alice")

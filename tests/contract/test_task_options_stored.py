@@ -19,6 +19,7 @@ from django_workers import (
     submit_task,
     submit_tasks,
 )
+from django_workers.references import TaskRef
 from django_workers.stores import WorkerStore
 from django_workers.workflows import Workflow
 from tests import tasks
@@ -72,7 +73,7 @@ def test_the_declared_defaults_apply_by_path_callable_task_handle_and_node(
     declared = TaskOptions(
         retries=3, retry_backoff=0.05, retry_jitter=False, retry_on=[ConnectionError], timeout=60
     )
-    refs = [
+    refs: list[TaskRef] = [
         tasks.retried_on_connection_errors,
         tasks.retried_on_connection_errors.func,
         "tests.tasks.retried_on_connection_errors",

@@ -5,6 +5,7 @@ One test body, run against every store.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -241,6 +242,7 @@ def test_a_queue_refusal_writes_nothing(store: WorkerStore, path: str) -> None:
     set_queue_authorizer(store, lambda queue, user_id: queue != "default")
     ok = TaskSubmission(key="ok", task=add, args=[1, 2], queue="reports")
     refused = TaskSubmission(key="a", task=add, args=[1, 2])
+    call: Callable[[], object]
     if path == "submit_tasks":
         call = partial(submit_tasks, [ok, refused], ALICE, store=store)
     else:

@@ -187,7 +187,9 @@ def test_an_undo_step_is_shown_to_the_workflows_watchers(store: WorkerStore) -> 
     info = get_workflow_status(handle.id, ALICE, store=store)
     finish(store, info.node("charge").task_id)
     finish(store, info.node("ship").task_id, TaskStatus.FAILED)
-    undo_id = get_workflow_status(handle.id, BOB, store=store).node("charge").undo.task_id
+    undo = get_workflow_status(handle.id, BOB, store=store).node("charge").undo
+    assert undo is not None
+    undo_id = undo.task_id
     assert undo_id is not None
     assert get_task_status(undo_id, BOB, store=store).watchers == ("alice", "bob")
     with pytest.raises(TaskNotFound):

@@ -29,8 +29,10 @@ LONGEST_NAME = "n" * NODE_NAME_MAX_LENGTH
 
 
 def test_the_node_column_holds_the_longest_name_with_its_undo_suffix() -> None:
-    assert TaskRecord._meta.get_field("node").max_length >= NODE_NAME_MAX_LENGTH + len(UNDO_SUFFIX)
-    assert TaskRecord._meta.get_field("node").max_length == NODE_LABEL_MAX_LENGTH
+    width = TaskRecord._meta.get_field("node").max_length
+    assert width is not None
+    assert width >= NODE_NAME_MAX_LENGTH + len(UNDO_SUFFIX)
+    assert width == NODE_LABEL_MAX_LENGTH
 
 
 def test_the_longest_workflow_ids_node_keys_fit_a_task_key_and_id() -> None:
@@ -38,7 +40,9 @@ def test_the_longest_workflow_ids_node_keys_fit_a_task_key_and_id() -> None:
     key = node_key("w" * longest_id, LONGEST_NAME, undo=True)
     assert len(key) <= KEY_MAX_LENGTH
     assert OWNER_MAX_LENGTH + 2 + len(key) <= TASK_ID_MAX_LENGTH
-    assert OWNER_MAX_LENGTH + 2 + longest_id <= TaskRecord._meta.get_field("workflow").max_length
+    workflow_width = TaskRecord._meta.get_field("workflow").max_length
+    assert workflow_width is not None
+    assert OWNER_MAX_LENGTH + 2 + longest_id <= workflow_width
 
 
 @pytest.mark.parametrize("authority", [System(), Owner("u" * OWNER_MAX_LENGTH)], ids=str)

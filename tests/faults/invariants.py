@@ -173,7 +173,7 @@ def check_invariants(
 
 
 def _check_records(
-    records: Mapping[str, dict[str, Any]],
+    records: Mapping[str, Mapping[str, Any]],
     submitted: Collection[str],
     killed: Mapping[int, datetime],
     problems: _Problems,

@@ -12,7 +12,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from django.contrib.admin.utils import quote
@@ -42,7 +42,7 @@ def artifacts_dir() -> Path:
     return path
 
 
-def browser_missing(reason: str) -> None:
+def browser_missing(reason: str) -> NoReturn:
     """Skip the test, saying how to install the browser; in CI (``$CI`` set) fail instead."""
     message = f"{INSTALL_HINT} ({reason})"
     if os.environ.get("CI"):

@@ -78,6 +78,7 @@ def test_a_sequential_queue_starts_no_task_until_a_cancelled_function_returned(
         Execution.objects.filter(task_id=first, finished_at__isnull=False).first, timeout=15.0
     )
     started = Execution.objects.get(task_id=second).started_at
+    assert returned.finished_at is not None  # the filter asked for it
     assert started >= returned.finished_at, (
         f"the next task started {(returned.finished_at - started).total_seconds():.2f} s "
         "before the cancelled function returned"

@@ -252,6 +252,7 @@ def test_a_sequential_queue_keeps_order_across_three_processes(
     )
     assert [task_id for task_id, _s, _f in runs] == ids
     for (_a, _s, finished), (_b, started, _f) in itertools.pairwise(runs):
+        assert finished is not None
         assert finished <= started  # one at a time
     supervisor.send(signal.SIGTERM)
     assert supervisor.wait(20.0) == 0, supervisor.log()

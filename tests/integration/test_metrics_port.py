@@ -85,7 +85,12 @@ def test_each_of_the_processes_serves_on_its_own_port(worker_processes: WorkerPr
     worker_processes.wait_registered(2)
 
     for port in (first, first + 1):
-        samples = wait_until(lambda port=port: scrape(port), timeout=10, interval=0.1)
+        # mypy infers no lambda with a default argument.
+        samples = wait_until(
+            lambda port=port: scrape(port),  # type: ignore[misc]
+            timeout=10,
+            interval=0.1,
+        )
         assert ("process_cpu_seconds_total", ()) in samples
 
 

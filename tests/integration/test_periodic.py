@@ -125,6 +125,11 @@ def test_a_worker_back_after_hours_of_downtime_catches_up_by_each_policy(
         "Schedule latest: 2 missed tick(s) not enqueued",
     ):
         try:
-            wait_until(lambda line=line: line in worker.log(), timeout=10.0, interval=0.05)
+            # mypy infers no lambda with a default argument.
+            wait_until(
+                lambda line=line: line in worker.log(),  # type: ignore[misc]
+                timeout=10.0,
+                interval=0.05,
+            )
         except AssertionError:
             raise AssertionError(f"no {line!r} in the log:\n{worker.log()}") from None

@@ -102,7 +102,7 @@ class Reader:
     database: str
     port: int
     env: dict[str, str]
-    background: dict[str, subprocess.Popen[str]] = field(default_factory=dict)
+    background: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     logs: dict[str, Path] = field(default_factory=dict)
     on_postgres: bool = False
 

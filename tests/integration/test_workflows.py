@@ -144,7 +144,9 @@ def test_a_saga_undoes_completed_nodes_in_reverse_dependency_order(
     undone = {e.task_id: e for e in Execution.objects.filter(task_id__endswith=":undo")}
     assert set(undone) == {"saga:charge:undo", "saga:reserve:undo"}
     # The undo of reserve starts only after the undo of charge (its descendant) ended.
-    assert undone["saga:charge:undo"].finished_at <= undone["saga:reserve:undo"].started_at
+    charge_ended = undone["saga:charge:undo"].finished_at
+    assert charge_ended is not None
+    assert charge_ended <= undone["saga:reserve:undo"].started_at
 
 
 def test_a_watcher_waits_for_a_shared_workflow_whose_undo_the_worker_shares_too(

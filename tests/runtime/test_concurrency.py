@@ -7,7 +7,7 @@ closes it when done, so these run against committed data (``tx_store``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -76,7 +76,7 @@ def test_one_key_submitted_at_once_through_the_api(
     seen: list[Submitted] = []
     submit_many = tx_store.submit_many
 
-    def recording(news: Any, caller: str | None) -> list[Submitted]:
+    def recording(news: Any, caller: str | None) -> Sequence[Submitted]:
         done = submit_many(news, caller)
         with lock:
             seen.extend(done)

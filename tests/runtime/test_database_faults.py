@@ -111,7 +111,9 @@ def test_orm_tasks_run_on_after_their_connections_were_cut(
 
 
 @pytest.fixture
-def database_away(transactional_db: None, tmp_path: Path) -> Iterator[Callable[[], None]]:
+def database_away(
+    transactional_db: None, tmp_path: Path
+) -> Iterator[Callable[[], Callable[[], None]]]:
     """``away()`` points new connections at a database that cannot be reached; returns the undo.
 
     Undone at the latest before the test database is flushed.

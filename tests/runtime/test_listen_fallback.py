@@ -211,7 +211,8 @@ def test_with_a_listen_database_the_claim_on_notice_goes_through_the_main_alias(
                 with connections[alias].cursor() as cursor:
                     cursor.execute("SELECT pg_listening_channels()")
                     channels.append([row[0] for row in cursor.fetchall()])
-            seen.append((threading.current_thread().name, *channels))
+            default_channels, listen_channels = channels
+            seen.append((threading.current_thread().name, default_channels, listen_channels))
         return found
 
     store.claim = spied  # type: ignore[method-assign]

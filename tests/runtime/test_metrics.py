@@ -176,6 +176,7 @@ def test_a_bad_metrics_token_is_an_error_of_the_checks(token: Any, problem: str)
     with override_settings(DJANGO_WORKERS={"METRICS_TOKEN": token}):
         [error] = [m for m in check_workers_settings() if m.id == "django_workers.E021"]
     assert problem in error.msg
+    assert error.hint is not None
     assert "secrets.token_urlsafe" in error.hint
 
 

@@ -8,6 +8,7 @@ runtime thread where a test needs one.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -45,7 +46,7 @@ from tests.helpers import start_runtime, wait_until
 ANN, BOB = Owner("ann"), Owner("bob")
 
 
-def order(key: str, authority: Owner | System = ANN, *, value: int = 1, **flags: bool) -> Workflow:
+def order(key: str, authority: Owner | System = ANN, *, value: int = 1, **flags: Any) -> Workflow:
     wf = Workflow(key, authority, **flags)
     charge = wf.add("charge", t.add, args=[value, 1]).undo(t.noop)
     wf.add("ship", t.add, args=[2, 2]).after(charge)
@@ -181,7 +182,7 @@ def test_cancelling_after_a_node_completed_compensates_it(store: WorkerStore) ->
 
 def _cancel_while_charge_runs(store: WorkerStore, key: str, **flags: bool) -> tuple[str, object]:
     """Submit ``order(key)``, claim and start its charge; return the handle's id and the run."""
-    handle = order(key, **flags).submit(store=store)
+    handle = order(key, ANN, **flags).submit(store=store)
     [claimed] = store.claim("w", None, 1, clock.now())
     assert store.begin_runs([claimed]) == [True]
     return handle.id, claimed

@@ -120,6 +120,7 @@ def test_an_unknown_key_suggests_the_closest_one(key: str, suggestion: str | Non
     with override_settings(DJANGO_WORKERS={key: 1}):
         (found,) = check_workers_settings()
     assert repr(key) in found.msg
+    assert found.hint is not None
     if suggestion:
         assert f"Did you mean {suggestion!r}?" in found.hint
     else:
@@ -129,6 +130,7 @@ def test_an_unknown_key_suggests_the_closest_one(key: str, suggestion: str | Non
 def test_an_unknown_queue_key_suggests_concurrency() -> None:
     with override_settings(DJANGO_WORKERS={"QUEUES": {"reports": {"concurency": 1}}}):
         (found,) = check_workers_settings()
+    assert found.hint is not None
     assert "Did you mean 'concurrency'?" in found.hint
 
 
@@ -175,6 +177,7 @@ def test_sqlite_without_wal_immediate_and_timeout_warns(monkeypatch: pytest.Monk
     monkeypatch.setattr(checks, "settings", SimpleNamespace(DATABASES=bare))
     found = check_sqlite_settings()
     assert ids(found) == ["django_workers.W001"]
+    assert found[0].hint is not None
     assert "IMMEDIATE" in found[0].hint
     assert "WAL" in found[0].hint
 
@@ -222,6 +225,7 @@ def test_listen_database_must_be_an_alias(listen: object) -> None:
         [error] = check_workers_settings()
     assert error.id == "django_workers.E020"
     assert "is not a database alias of this site" in error.msg
+    assert error.hint is not None
     assert "False to poll" in error.hint
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -60,7 +61,7 @@ def test_dead_connections_met_right_after_an_outage_are_no_second_outage(
     watch: DatabaseWatch, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     now = [100.0]
-    monkeypatch.setattr(outage.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
     watch.failed("claim", OperationalError("refused"))
     now[0] += 20
     watch.reached()

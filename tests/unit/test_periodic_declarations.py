@@ -91,7 +91,7 @@ def test_a_key_is_one_task_s() -> None:
 # -- the setting and its checks ----------------------------------------------------------
 
 
-def check_ids() -> list[str]:
+def check_ids() -> list[str | None]:
     return [e.id for e in check_workers_settings()]
 
 
@@ -159,6 +159,7 @@ def test_a_bad_setting_is_a_check_error_that_says_what_to_write(schedules, check
     with override_settings(DJANGO_WORKERS={"SCHEDULES": schedules}):
         errors = check_workers_settings()
     assert [e.id for e in errors] == [f"django_workers.{check_id}"]
+    assert errors[0].hint is not None
     assert text in errors[0].msg + errors[0].hint
 
 

@@ -15,7 +15,12 @@ def test_calls_queued_while_it_gathers_are_made_in_order_when_it_stops() -> None
     made: list[int] = []
     first_made = threading.Event()
     reporter.start()
-    reporter.report(lambda: (made.append(1), first_made.set()))
+
+    def make() -> None:
+        made.append(1)
+        first_made.set()
+
+    reporter.report(make)
     assert first_made.wait(10.0), "the first call is made as soon as it is queued"
     for n in (2, 3, 4):
         reporter.report(made.append, n)

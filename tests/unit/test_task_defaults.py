@@ -172,7 +172,7 @@ def test_the_decorator_refuses_a_bad_option_when_the_task_is_declared() -> None:
 
 def test_the_decorator_refuses_what_is_no_function() -> None:
     with pytest.raises(TypeError, match=re.escape("use it instead of django.tasks' @task")):
-        django_workers.task(tasks.django_add)  # type: ignore[arg-type]
+        django_workers.task(tasks.django_add)  # type: ignore[call-overload]
 
 
 # -- only tasks run ------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from django.test import override_settings
 
 from django_workers import clock, lifecycle
 from django_workers.api import cancel_task, get_task_status, submit_task
-from django_workers.authority import Owner, System
+from django_workers.authority import Owner, Scope, System
 from django_workers.info import TaskStatus
 from django_workers.stores.base import WorkerRegistration
 from django_workers.stores.database import DatabaseWorkerStore
@@ -45,7 +45,7 @@ def failing(*args: str) -> tuple[CommandError, str]:
 
 
 def submit(key: str, authority: Any = ALICE, **kw: Any) -> str:
-    scope = "global" if isinstance(authority, System) else "user"
+    scope: Scope = "global" if isinstance(authority, System) else "user"
     return submit_task(key, "tests.tasks.add", authority, args=[1, 2], scope=scope, **kw)
 
 
@@ -228,7 +228,9 @@ def test_show_prints_every_field_the_traceback_and_the_watchers() -> None:
     assert {"id", "key", "owner", "args", "options", "run_id", "created_at", "finished_at"} <= set(
         data
     )
-    assert data["finished_at"] == get_task_status(task_id, System()).finished_at.isoformat()
+    finished_at = get_task_status(task_id, System()).finished_at
+    assert finished_at is not None
+    assert data["finished_at"] == finished_at.isoformat()
     text = workers("show", task_id)
     assert "ValueError: boom" in text
     assert "Traceback (most recent)" in text

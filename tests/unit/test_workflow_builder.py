@@ -6,6 +6,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from datetime import date, timedelta
+from typing import Any
 
 import pytest
 from django.core.exceptions import ObjectDoesNotExist, PermissionDenied
@@ -23,7 +24,7 @@ from django_workers.workflows import (
     WorkflowNotFound,
     WorkflowPlan,
 )
-from django_workers.workflows.builder import NodePlan, UndoPlan
+from django_workers.workflows.plan import NodePlan, UndoPlan
 from tests import tasks
 
 
@@ -35,7 +36,7 @@ def store() -> InMemoryWorkerStore:
 ANN = Owner("42")
 
 
-def diamond(authority: Owner | System = ANN, **flags: bool) -> Workflow:
+def diamond(authority: Owner | System = ANN, **flags: Any) -> Workflow:
     wf = Workflow("upload-1", authority, **flags)
     a = wf.add("upload", tasks.add, args=[1, 2], queue="files")
     b = wf.add("thumb", tasks.add, args=[3, 4]).after(a).undo(tasks.noop, queue="files")
@@ -262,7 +263,12 @@ def test_authority_is_required_at_the_call(authority: object) -> None:
 
 def test_the_authorizer_is_asked_for_every_node_and_undo(store: InMemoryWorkerStore) -> None:
     asked: list[tuple[str, str]] = []
-    set_queue_authorizer(store, lambda queue, user_id: asked.append((queue, user_id)) or True)
+
+    def authorizer(queue: str, user_id: str) -> bool:
+        asked.append((queue, user_id))
+        return True
+
+    set_queue_authorizer(store, authorizer)
     diamond().plan(store)
     assert asked == [("files", "42"), ("default", "42"), ("files", "42")] + [("default", "42")] * 2
 
@@ -291,7 +297,12 @@ def test_every_refused_queue_is_named(store: InMemoryWorkerStore) -> None:
 
 def test_bad_input_is_reported_before_the_authorizer_is_asked(store: InMemoryWorkerStore) -> None:
     asked: list[str] = []
-    set_queue_authorizer(store, lambda queue, user_id: asked.append(queue) or False)
+
+    def authorizer(queue: str, user_id: str) -> bool:
+        asked.append(queue)
+        return False
+
+    set_queue_authorizer(store, authorizer)
     wf = diamond()
     wf.add("bad name", tasks.noop)
     with pytest.raises(InvalidWorkflow):

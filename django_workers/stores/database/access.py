@@ -10,21 +10,25 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import QuerySet
 
 from django_workers.conf import workers_settings
+from django_workers.core import GrantedTaskRow, TaskRow
 from django_workers.info import TaskInfo
 from django_workers.models import (
     HeldSlot,
     TaskRecord,
+    TaskRecordQuerySet,
     TaskWatcher,
     WorkerProcess,
     WorkflowRecord,
+    WorkflowRecordQuerySet,
     record_fields,
 )
 from django_workers.stores import rows, sql
@@ -57,6 +61,8 @@ def _one_writer[Method: Callable[..., Any]](method: Method) -> Method:
         with self._writing():
             return method(self, *args, **kwargs)
 
+    # The wrapper takes and returns what ``method`` does (a ParamSpec cannot say so of
+    # methods that take **fields: their ``self`` could come by name).
     return one_writer  # type: ignore[return-value]
 
 
@@ -66,7 +72,7 @@ def _in_autocommit(connection: BaseDatabaseWrapper) -> bool:
     return not connection.in_atomic_block and bool(connection.get_autocommit())
 
 
-def _claimed(found: list[dict[str, Any]]) -> list[TaskInfo]:
+def _claimed(found: list[GrantedTaskRow]) -> list[TaskInfo]:
     """Claimed records with their watchers under ``grants``, as snapshots in claim order."""
     if len(found) > 1:
         found.sort(key=rows.claim_order)
@@ -91,10 +97,10 @@ class DatabaseAccess(WorkerStore):
     def vendor(self) -> str:
         return connections[self.using].vendor
 
-    def _records(self) -> Any:
+    def _records(self) -> TaskRecordQuerySet:
         return TaskRecord.objects.using(self.using)
 
-    def _watchers(self) -> Any:
+    def _watchers(self) -> QuerySet[TaskWatcher]:
         return TaskWatcher.objects.using(self.using)
 
     def _atomic(self) -> Any:
@@ -110,19 +116,19 @@ class DatabaseAccess(WorkerStore):
         name = str(connection.settings_dict["NAME"])
         return _SQLITE_WRITERS.get(name) or _SQLITE_WRITERS.setdefault(name, threading.RLock())
 
-    def _slots(self) -> Any:
+    def _slots(self) -> QuerySet[HeldSlot]:
         return HeldSlot.objects.using(self.using)
 
-    def _workers(self) -> Any:
+    def _workers(self) -> QuerySet[WorkerProcess]:
         return WorkerProcess.objects.using(self.using)
 
-    def _flows(self) -> Any:
+    def _flows(self) -> WorkflowRecordQuerySet:
         return WorkflowRecord.objects.using(self.using)
 
     def _autocommit(self) -> bool:
         return _in_autocommit(connections[self.using])
 
-    def _fenced(self, task_id: str, run_id: RunId) -> Any:
+    def _fenced(self, task_id: str, run_id: RunId) -> TaskRecordQuerySet:
         qs = self._records().filter(pk=task_id)
         return qs if run_id is ANY_RUN else qs.filter(run_id=run_id)
 
@@ -131,13 +137,15 @@ class DatabaseAccess(WorkerStore):
         grants = self._watchers().filter(task_id=task_id).order_by("pk")
         return list(grants.values_list("user_id", flat=True))
 
-    def _infos(self, found: list[dict[str, Any]]) -> list[TaskInfo]:
+    def _infos(self, found: Sequence[Mapping[str, Any]]) -> list[TaskInfo]:
+        """Snapshots of rows the ORM read with ``COLUMNS``: task rows, with their grants."""
         grants: dict[str, list[str]] = {}
         if found:
             pairs = self._watchers().filter(task_id__in=[r["id"] for r in found]).order_by("pk")
             for task_id, user_id in pairs.values_list("task_id", "user_id"):
                 grants.setdefault(task_id, []).append(user_id)
-        return [rows.info_of(row, grants.get(row["id"], ())) for row in found]
+        typed = cast(Sequence[TaskRow], found)
+        return [rows.info_of(row, grants.get(row["id"], ())) for row in typed]
 
     def _insert(self, news: Sequence[NewTask]) -> None:
         sql.insert_records(connections[self.using], news)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django_workers import local_wake
 from django_workers.cancellation import CancelReason
-from django_workers.core import NewTask, new_run_id
+from django_workers.core import LiveNodeRow, NewTask, WorkflowRow, new_run_id
 from django_workers.engine import persistence
 from django_workers.info import TERMINAL_STATUSES, TaskStatus
 from django_workers.lifecycle import TaskEnd
@@ -28,18 +28,19 @@ class Book:
         self.store = store
         self.writer = writer
         # Rows locked in this transaction, as the workflow routine last left them.
-        self.locked: dict[str, dict[str, Any]] = {}
+        self.locked: dict[str, WorkflowRow] = {}
         # Nodes to make PENDING, written with the next statement that needs them.
         self.promotions: list[str] = []
         # Whether this transaction queued work (promotions, undos) to wake workers for.
         self.queued = False
 
-    def lock_workflows(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def lock_workflows(self, ids: Sequence[str]) -> dict[str, WorkflowRow]:
         missing = [i for i in ids if i not in self.locked]
         if missing:
             qs = self.store._flows().filter(pk__in=missing).order_by("pk")
             self.locked.update(
-                (row["id"], row) for row in qs.select_for_update().values(*WORKFLOW_COLUMNS)
+                (row["id"], cast(WorkflowRow, row))
+                for row in qs.select_for_update().values(*WORKFLOW_COLUMNS)
             )
         return {i: self.locked[i] for i in ids if i in self.locked}
 
@@ -48,10 +49,10 @@ class Book:
         promote, self.promotions = self.promotions, []
         self.writer.save_workflow(workflow_id, fields, promote)
 
-    def node_records(self, task_ids: Sequence[str]) -> list[dict[str, Any]]:
+    def node_records(self, task_ids: Sequence[str]) -> list[LiveNodeRow]:
         self.promote_now()
         found = self.store._records().filter(pk__in=list(task_ids))
-        return list(found.values(*persistence.RECORD_COLUMNS))
+        return cast(list[LiveNodeRow], list(found.values(*persistence.RECORD_COLUMNS)))
 
     def write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
         self.promote_now()

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.db import DatabaseError, connections
 from django.db.models import F
 
 from django_workers import clock, lifecycle
+from django_workers.core import GrantedTaskRow, WorkflowColumns, WorkflowRow
 from django_workers.engine import persistence
 from django_workers.info import TaskStatus
 from django_workers.lifecycle import EndKind, TaskEnd
@@ -74,7 +75,8 @@ class EndWriter:
                             run_id=end.run_id,
                             task_id=end.task_id,
                             queue=row["queue"],
-                            worker_id=row["worker_id"],
+                            # A running record always names its worker.
+                            worker_id=cast(str, row["worker_id"]),
                             held_since=clock.now(),
                         )
                     ],
@@ -92,7 +94,7 @@ class EndWriter:
 
     def lock_and_finish(
         self, ends: Sequence[TaskEnd], flows: list[str]
-    ) -> tuple[list[dict[str, Any]], list[bool]] | None:
+    ) -> tuple[list[WorkflowRow], list[bool]] | None:
         """Lock the workflows and write the ends in one round trip: their rows, which ends won.
 
         None where it cannot be done so.
@@ -104,13 +106,13 @@ class EndWriter:
         ends: Sequence[TaskEnd],
         flows: list[str],
         claim: sql.ClaimArgs | None = None,
-    ) -> tuple[list[bool], list[dict[str, Any]]] | None:
+    ) -> tuple[list[bool], list[GrantedTaskRow]] | None:
         """Workflow nodes' ends, their promotions (and a claim) in two round trips; None here."""
         return None
 
     def end_and_claim(
         self, ends: Sequence[TaskEnd], claim: sql.ClaimArgs, limits: Mapping[str, int]
-    ) -> tuple[list[bool], list[dict[str, Any]]] | None:
+    ) -> tuple[list[bool], list[GrantedTaskRow]] | None:
         """The ends and the claim in the ends' own round trips; None where it cannot be."""
         return None
 
@@ -152,7 +154,7 @@ class PostgresEndWriter(EndWriter):
 
     def lock_and_finish(
         self, ends: Sequence[TaskEnd], flows: list[str]
-    ) -> tuple[list[dict[str, Any]], list[bool]] | None:
+    ) -> tuple[list[WorkflowRow], list[bool]] | None:
         """Runs' ends of distinct tasks on PostgreSQL: the lock and the write in one round trip."""
         if not self._one_statement_of_runs(ends):
             return None
@@ -169,7 +171,7 @@ class PostgresEndWriter(EndWriter):
         ends: Sequence[TaskEnd],
         flows: list[str],
         claim: sql.ClaimArgs | None = None,
-    ) -> tuple[list[bool], list[dict[str, Any]]] | None:
+    ) -> tuple[list[bool], list[GrantedTaskRow]] | None:
         """Runs' ends on PostgreSQL whose workflows only promote (the usual case), in autocommit.
 
         One round trip opens the transaction, locks the workflow rows and writes the
@@ -203,7 +205,7 @@ class PostgresEndWriter(EndWriter):
 
     def end_and_claim(
         self, ends: Sequence[TaskEnd], claim: sql.ClaimArgs, limits: Mapping[str, int]
-    ) -> tuple[list[bool], list[dict[str, Any]]] | None:
+    ) -> tuple[list[bool], list[GrantedTaskRow]] | None:
         if not self._claims_with_ends(ends, limits):
             return None
         flows = persistence.workflows_of(ends)
@@ -220,7 +222,7 @@ class PostgresEndWriter(EndWriter):
 
     def _finish_and_claim(
         self, ends: Sequence[TaskEnd], claim: sql.ClaimArgs, limits: Mapping[str, int]
-    ) -> tuple[list[bool], list[dict[str, Any]]] | None:
+    ) -> tuple[list[bool], list[GrantedTaskRow]] | None:
         """Plain runs' ends and the claim, in one round trip; None where it cannot be."""
         found = sql.finish_and_claim_postgres(connections[self.store.using], ends, claim, limits)
         if found is None:
@@ -245,8 +247,8 @@ class PostgresEndWriter(EndWriter):
 
     @staticmethod
     def _plain_reactions(
-        ends: Sequence[TaskEnd], rows: list[dict[str, Any]], winners: set[tuple[str, str]]
-    ) -> tuple[list[bool], list[tuple[str, dict[str, Any], list[str]]]] | None:
+        ends: Sequence[TaskEnd], rows: list[WorkflowRow], winners: set[tuple[str, str]]
+    ) -> tuple[list[bool], list[tuple[str, WorkflowColumns, list[str]]]] | None:
         """Which ends won, and each workflow's new columns and promotions; None if more."""
         won = _won(ends, winners)
         events = persistence.events_of([e for e, ok in zip(ends, won, strict=True) if ok])

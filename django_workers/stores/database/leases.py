@@ -137,7 +137,7 @@ class DatabaseLeases(DatabaseAccess):
             return None  # SQLite: the database's clock is this process's clock
         with connection.cursor() as cursor:
             cursor.execute(query)
-            value = cursor.fetchone()[0]
+            value: datetime = cursor.fetchone()[0]
         if timezone.is_naive(value):
             value = value.replace(tzinfo=UTC)
         return value

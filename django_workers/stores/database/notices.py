@@ -23,6 +23,7 @@ class DatabaseNotices(DatabaseAccess):
 
     def wake_file(self) -> str | None:
         connection = connections[self.using]
+        # is_in_memory_db is SQLite's own (the vendor is checked first).
         if connection.vendor != "sqlite" or connection.is_in_memory_db():  # type: ignore[attr-defined]
             return None
         return str(connection.settings_dict["NAME"])

@@ -110,7 +110,9 @@ class DatabaseRunQueue(DatabaseAccess):
                 ready = ready.exclude(queue__in=[*full, *fair])
             if connections[self.using].features.has_select_for_update_skip_locked:
                 ready = ready.select_for_update(skip_locked=True)
-            candidates = list(ready.values("id", "queue", "priority", "created_at")[:limit])
+            candidates: list[Any] = list(
+                ready.values("id", "queue", "priority", "created_at")[:limit]
+            )
             if fair:
                 candidates = self._with_fair_queues(candidates, fair, free, limit, now)
             ids = _within_limits([(c["id"], c["queue"]) for c in candidates], free)[:limit]
@@ -128,10 +130,10 @@ class DatabaseRunQueue(DatabaseAccess):
             )
             # The ids were PENDING under this transaction's locks, so RUNNING for us now
             # means claimed by this statement.
-            found = self._records().filter(
+            running = self._records().filter(
                 pk__in=ids, status=TaskStatus.RUNNING, worker_id=worker_id
             )
-            claimed = list(found.values(*COLUMNS))
+            claimed = list(running.values(*COLUMNS))
         claimed.sort(key=rows.claim_order)
         return self._infos(claimed)
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Count
 
 from django_workers import visibility
+from django_workers.core import GrantedTaskRow, NodeRow, WorkflowRow
 from django_workers.engine.records import WorkflowInfo, info_of, state_columns
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.stores import rows, sql
@@ -18,7 +19,7 @@ from django_workers.stores.base import EndedCounts, QueueCounts
 from django_workers.stores.database.access import COLUMNS, WORKFLOW_COLUMNS, DatabaseAccess
 
 
-def _newest_page(found: Sequence[dict[str, Any]], offset: int, limit: int) -> list[dict[str, Any]]:
+def _newest_page(found: Sequence[GrantedTaskRow], offset: int, limit: int) -> list[GrantedTaskRow]:
     """A page of a user's owned and watched rows, newest first, each row once."""
     merged = {row["id"]: row for row in found}
     newest = sorted(merged.values(), key=lambda r: (r["created_at"], r["id"]), reverse=True)
@@ -121,12 +122,15 @@ class DatabaseReads(DatabaseAccess):
             list(qs.newest_first().values(*WORKFLOW_COLUMNS)[offset : offset + limit])
         )
 
-    def _workflow_infos(self, found: list[dict[str, Any]]) -> list[WorkflowInfo]:
+    def _workflow_infos(self, found: Sequence[Mapping[str, Any]]) -> list[WorkflowInfo]:
+        """Snapshots of rows the ORM read with ``WORKFLOW_COLUMNS``: workflow rows."""
         if not found:
             return []
         records = self._records().filter(workflow__in=[row["id"] for row in found])
-        nodes = {r["id"]: rows.node_record(r) for r in records.values(*sql.NODE_COLUMNS)}
-        return [info_of(row, nodes) for row in found]
+        nodes = {
+            r["id"]: rows.node_record(cast(NodeRow, r)) for r in records.values(*sql.NODE_COLUMNS)
+        }
+        return [info_of(cast(WorkflowRow, row), nodes) for row in found]
 
     def queue_counts(self) -> list[QueueCounts]:
         found: dict[str, dict[str, Any]] = {}
@@ -141,8 +145,8 @@ class DatabaseReads(DatabaseAccess):
                 row["retrying"],
             )
         held = self._slots().order_by().values("queue").annotate(n=Count("run_id"))
-        for row in held.values_list("queue", "n"):
-            rows.queue_fields(found, row[0])["held_slots"] += row[1]
+        for queue, n in held.values_list("queue", "n"):
+            rows.queue_fields(found, queue)["held_slots"] += n
         return [QueueCounts(**found[name]) for name in sorted(found)]
 
     def ended_counts(self, since: Sequence[datetime]) -> list[EndedCounts]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.db import IntegrityError, connections
@@ -96,7 +96,7 @@ class DatabaseRecords(DatabaseAccess):
         """Whether ``news`` is written by a COPY that reads its records as they are built."""
         return isinstance(news, RecordStream) and sql.copies(connections[self.using], len(news))
 
-    def _lock_row(self, task_id: str) -> dict[str, Any] | None:
+    def _lock_row(self, task_id: str) -> Mapping[str, Any] | None:
         return (
             self._records()
             .select_for_update()
@@ -105,10 +105,11 @@ class DatabaseRecords(DatabaseAccess):
             .first()
         )
 
-    def _resubmit(self, new: NewTask, caller: str | None, row: dict[str, Any]) -> Submitted:
+    def _resubmit(self, new: NewTask, caller: str | None, row: Mapping[str, Any]) -> Submitted:
         rows.refuse_node_key(new.id, row["workflow"])
         grants = self._grants(new.id)
         joining = not visibility.sees_task(caller, new.id, grants)
+        # Only a caller (never System, None) can be joining: the checker cannot tell.
         if joining:
             rows.authorize_join(new.id, caller, grants, self.watch_authorizer)  # type: ignore[arg-type]
         if row["status"] in LIVE_STATUSES:

@@ -11,6 +11,9 @@ standing on ``state``.
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
+from typing import Any
+
 from django_workers.stores.memory.leases import MemoryLeases
 from django_workers.stores.memory.queue import MemoryRunQueue
 from django_workers.stores.memory.reads import MemoryReads
@@ -28,3 +31,11 @@ class InMemoryWorkerStore(
     MemoryRetention,
 ):
     """Volatile records for tests, scripts and sites that want no persistence."""
+
+    # No LISTEN/NOTIFY in one process's memory (enqueue listeners wake runtimes): stated
+    # here, where the Notification protocol's defaults would leave the class abstract.
+    def listening_connection(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError(f"{type(self).__name__} has no LISTEN connection")
+
+    def send_notice(self, channel: str, payload: str) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no NOTIFY")

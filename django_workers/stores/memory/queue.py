@@ -5,12 +5,12 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django_workers import clock, lifecycle
 from django_workers.cancellation import CancelReason
 from django_workers.conf import served_fair
-from django_workers.core import new_run_id
+from django_workers.core import LiveNodeRow, WorkflowRow, new_run_id
 from django_workers.engine import persistence
 from django_workers.info import TERMINAL_STATUSES, TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
@@ -184,16 +184,22 @@ class _Book:
         self.store = store
         self.queues: set[str] = set()
 
-    def lock_workflows(self, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+    def lock_workflows(self, ids: Sequence[str]) -> dict[str, WorkflowRow]:
         found = (self.store._flows.get(workflow_id) for workflow_id in ids)
-        return {row["id"]: copy.deepcopy(row) for row in found if row is not None}
+        return {
+            row["id"]: cast(WorkflowRow, copy.deepcopy(row)) for row in found if row is not None
+        }
 
     def save_workflow(self, workflow_id: str, fields: Mapping[str, Any]) -> None:
         self.store._flows[workflow_id].update(copy.deepcopy(dict(fields)))
 
-    def node_records(self, task_ids: Sequence[str]) -> list[dict[str, Any]]:
+    def node_records(self, task_ids: Sequence[str]) -> list[LiveNodeRow]:
         found = (self.store._rows.get(task_id) for task_id in task_ids)
-        return [{c: row[c] for c in persistence.RECORD_COLUMNS} for row in found if row]
+        return [
+            cast(LiveNodeRow, {c: row[c] for c in persistence.RECORD_COLUMNS})
+            for row in found
+            if row
+        ]
 
     def write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
         return [self.store._end(end) for end in ends]

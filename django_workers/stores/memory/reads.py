@@ -5,9 +5,10 @@ from __future__ import annotations
 import copy
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from django_workers import visibility
+from django_workers.core import NodeRow, WorkflowRow
 from django_workers.engine.records import WorkflowInfo, in_state, info_of
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.stores import rows
@@ -61,18 +62,18 @@ class MemoryReads(MemoryState):
                 row
                 for row in self._flows.values()
                 if visibility.sees(user_id, row["owner"], row["watchers"])
-                and (state is None or in_state(row, state))
+                and (state is None or in_state(cast(WorkflowRow, row), state))
             ]
             found.sort(key=lambda r: (r["created_at"], r["id"]), reverse=True)
             return [self._workflow_info(row) for row in found[offset : offset + limit]]
 
     def _workflow_info(self, row: dict[str, Any]) -> WorkflowInfo:
         records = {
-            task_id: rows.node_record(record)
+            task_id: rows.node_record(cast(NodeRow, record))
             for task_id, record in self._rows.items()
             if record["workflow"] == row["id"]
         }
-        return info_of(copy.deepcopy(row), records)
+        return info_of(cast(WorkflowRow, copy.deepcopy(row)), records)
 
     def queue_counts(self) -> list[QueueCounts]:
         found: dict[str, dict[str, Any]] = {}

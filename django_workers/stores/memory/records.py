@@ -26,6 +26,7 @@ class MemoryRecords(MemoryState):
             rows.refuse_node_key(new.id, row["workflow"])
             grants = self._grants[new.id]
             joining = not visibility.sees_task(caller, new.id, grants)
+            # Only a caller (never System, None) can be joining: the checker cannot tell.
             if joining:
                 rows.authorize_join(new.id, caller, grants, self.watch_authorizer)  # type: ignore[arg-type]
             if row["status"] in LIVE_STATUSES:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+from django_workers.core import TaskRow
 from django_workers.info import TaskInfo
 from django_workers.stores import rows
 from django_workers.stores.base import NewTask, WorkerRegistration, WorkerStore, grants_of
@@ -33,4 +34,5 @@ class MemoryState(WorkerStore):
         self._grants[new.id] = grants_of(new)
 
     def _info(self, row: dict[str, Any]) -> TaskInfo:
-        return rows.info_of(copy.deepcopy(row), list(self._grants[row["id"]]))
+        # The memory store keeps each record as the columns ``rows.row_of`` gives: a task row.
+        return rows.info_of(cast(TaskRow, copy.deepcopy(row)), list(self._grants[row["id"]]))

@@ -14,6 +14,7 @@ from typing import Any
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from django_workers.conf import served_fair
+from django_workers.core import GrantedTaskRow
 from django_workers.info import TaskStatus
 from django_workers.stores.sql.cursor import _statements_cursor, kept_fetch
 from django_workers.stores.sql.decode import _records, _sqlite_datetimes
@@ -55,7 +56,7 @@ def claim_postgres(
     now: datetime,
     *,
     autocommit: bool,
-) -> list[dict[str, Any]]:
+) -> list[GrantedTaskRow]:
     """Claim up to ``limit`` ready rows in one statement; rows come back as column dicts.
 
     In ``autocommit`` (no caller's transaction open) the claim is a transaction of
@@ -81,7 +82,7 @@ def claim_sqlite(
     queues: Sequence[str] | None,
     limit: int,
     now: datetime,
-) -> list[dict[str, Any]]:
+) -> list[GrantedTaskRow]:
     """Claim up to ``limit`` ready rows on SQLite: two statements, no ORM query built.
 
     One ``UPDATE ... RETURNING`` takes the ready rows in claim order and returns
@@ -105,7 +106,7 @@ def claim_sqlite(
 
 def claim_limited_postgres(
     connection: BaseDatabaseWrapper, claim: ClaimArgs, limits: Mapping[str, int]
-) -> list[dict[str, Any]] | None:
+) -> list[GrantedTaskRow] | None:
     """Claim with per-queue concurrency limits (``limits``: queue -> most RUNNING): one round trip.
 
     For a connection in autocommit; ``own_commit`` and the statements of

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_workers.core import GrantedTaskRow, NodeRow, WorkflowRow
 from django_workers.models import WorkflowRecord
 from django_workers.references import JSON_SCALARS
 from django_workers.stores.sql.columns import _FIELDS, DATETIME_COLUMNS, JSON_COLUMNS
@@ -22,7 +23,7 @@ _DATETIME_AT = [i for i, name in enumerate(_FIELDS) if name in DATETIME_COLUMNS]
 
 def _records(
     fetched: Sequence[Sequence[Any]], convert: Callable[[Any], Any] | None = None
-) -> list[dict[str, Any]]:
+) -> list[GrantedTaskRow]:
     """Rows of ``_RECORD_SELECT`` (or ``_RECORD_SELECT_SQLITE``) as records.
 
     Their watchers go under ``grants``; ``convert``, where the driver's datetimes
@@ -44,7 +45,9 @@ def _records(
             grants = [user_id for _grant, user_id in sorted(json.loads(grants))]
         record["grants"] = list(grants)
         records.append(record)
-    return records
+    # Every column of each record, decoded as the ORM decodes them: task rows. (One cast
+    # for the batch: a claim decodes its records on the worker's hot path.)
+    return cast(list[GrantedTaskRow], records)
 
 
 #: The C scanner ``json.loads`` ends in, called directly. An idle worker's wake-up
@@ -95,6 +98,7 @@ def _sqlite_datetimes(connection: BaseDatabaseWrapper) -> Callable[[Any], Any] |
     """
     if connection.vendor != "sqlite":
         return None
+    # SQLite's operations have it; the base class the connection is typed as does not.
     convert = connection.ops.convert_datetimefield_value  # type: ignore[attr-defined]
     return lambda value: convert(value, None, connection)
 
@@ -115,7 +119,7 @@ _WORKFLOW_DATETIMES = frozenset(
 
 def _workflows(
     fetched: Sequence[Sequence[Any]], convert: Callable[[Any], Any] | None = None
-) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+) -> list[tuple[WorkflowRow, list[NodeRow]]]:
     """Rows of a workflow select as (workflow row, its records' ``NODE_COLUMNS``) pairs."""
     found = []
     for values in fetched:
@@ -130,4 +134,5 @@ def _workflows(
         if isinstance(records, str):
             records = json.loads(records)
         found.append((row, [dict(zip(NODE_COLUMNS, r, strict=True)) for r in records or ()]))
-    return found
+    # Each row's WORKFLOW_COLUMNS and its records' NODE_COLUMNS, decoded.
+    return cast(list[tuple[WorkflowRow, list[NodeRow]]], found)

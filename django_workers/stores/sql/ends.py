@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_workers.core import GrantedTaskRow, WorkflowRow
 from django_workers.info import TaskStatus
 from django_workers.lifecycle import TaskEnd, fields_of
 from django_workers.stores.sql.claim import ClaimArgs, _claim, _limited_claim_sql
@@ -72,7 +73,7 @@ def finish_and_claim_postgres(
     ends: Sequence[TaskEnd],
     claim: ClaimArgs,
     limits: Mapping[str, int] | None = None,
-) -> tuple[set[tuple[str, str]], list[dict[str, Any]]] | None:
+) -> tuple[set[tuple[str, str]], list[GrantedTaskRow]] | None:
     """Write runs' ends (distinct tasks), then claim up to ``limit`` rows: one round trip.
 
     The statements go as one simple query, which PostgreSQL runs as one
@@ -107,7 +108,7 @@ def lock_and_finish_postgres(
     ends: Sequence[TaskEnd],
     *,
     begin: bool = False,
-) -> tuple[list[dict[str, Any]], set[tuple[str, str]]] | None:
+) -> tuple[list[WorkflowRow], set[tuple[str, str]]] | None:
     """Lock workflow rows, then write runs' ends (distinct tasks), in one round trip.
 
     Two statements in one simple query, run in order: the workflow rows are locked
@@ -132,7 +133,7 @@ def _lock_and_finish(
     ends: Sequence[TaskEnd],
     *,
     begin: bool,
-) -> tuple[list[dict[str, Any]], set[tuple[str, str]]]:
+) -> tuple[list[WorkflowRow], set[tuple[str, str]]]:
     lock = _lock_sql(connection, tuple(columns))
     finish, params = _finish_sql(ends)
     cursor.execute(f"{'BEGIN;' if begin else ''}{lock};\n{finish}", [list(workflow_ids), *params])
@@ -145,14 +146,15 @@ def _lock_and_finish(
         for name in _WORKFLOW_JSON.intersection(row):
             if isinstance(row[name], str):  # jsonb arrives as text through Django's loaders
                 row[name] = json.loads(row[name])
-    return rows, winners
+    # The locked rows' ``columns`` are WORKFLOW_COLUMNS, decoded: workflow rows.
+    return cast(list[WorkflowRow], rows), winners
 
 
 def commit_workflows_postgres(
     connection: BaseDatabaseWrapper,
     saves: Sequence[tuple[str, Mapping[str, Any], Sequence[str]]],
     claim: ClaimArgs | None = None,
-) -> list[dict[str, Any]]:
+) -> list[GrantedTaskRow]:
     """Write each workflow's columns with its promotions, then ``COMMIT``: one round trip.
 
     With ``claim`` (worker id, queues, limit, now), a claim runs after the writes and

@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db.backends.base.base import BaseDatabaseWrapper
 
+from django_workers.core import GrantedTaskRow, NodeRow, WorkflowRow
 from django_workers.stores.sql.cursor import kept_cursor
 from django_workers.stores.sql.decode import _records, _sqlite_datetimes, _workflows
 from django_workers.stores.sql.queries import statement
@@ -21,7 +22,7 @@ from django_workers.stores.sql.queries import statement
 ONE_STATEMENT_READS = frozenset({"postgresql", "sqlite"})
 
 
-def read_record(connection: BaseDatabaseWrapper, task_id: str) -> dict[str, Any] | None:
+def read_record(connection: BaseDatabaseWrapper, task_id: str) -> GrantedTaskRow | None:
     """One record with its watchers under ``grants``, or None: one statement."""
     with kept_cursor(connection, bound=True) as cursor:
         cursor.execute(statement(connection.vendor, "read_record"), [task_id])
@@ -36,7 +37,7 @@ def read_workflows(
     limit: int,
     any_of: Sequence[Mapping[str, Any]] = (),
     user_id: str | None = None,
-) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+) -> list[tuple[WorkflowRow, list[NodeRow]]]:
     """Workflows newest first, each with what its status reads of its records: one statement.
 
     ``filters``: column -> value, each an equality (``id`` for one workflow).
@@ -69,7 +70,7 @@ def list_records(
     filters: Mapping[str, str],
     offset: int,
     limit: int,
-) -> list[dict[str, Any]]:
+) -> list[GrantedTaskRow]:
     """The newest records, each with its watchers under ``grants``: one statement.
 
     ``filters``: column -> value, each an equality. For a user (``user_id``), the
