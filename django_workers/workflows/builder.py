@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Self
 
@@ -30,7 +29,7 @@ from django_workers.authority import (
     scoped_task_key,
     user_id_of,
 )
-from django_workers.bounds import NODE_NAME_MAX_LENGTH, SECONDS_MAX
+from django_workers.bounds import NODE_NAME_MAX_LENGTH
 from django_workers.core import new_run_id
 from django_workers.engine import machine
 from django_workers.engine.records import (
@@ -42,64 +41,30 @@ from django_workers.engine.records import (
     row_fields,
 )
 from django_workers.exceptions import (
-    ArgumentsNotSerializable,
-    ArgumentsTooLarge,
     AuthorizationError,
     DatabaseUnavailable,
-    InvalidTaskKey,
-    InvalidTaskOptions,
     InvalidWorkflow,
-    TaskNotImportable,
     WorkflowExists,
 )
 from django_workers.info import TaskStatus
 from django_workers.options import TaskOptions
-from django_workers.references import TaskRef, task_path, task_reference
+from django_workers.references import TaskRef
 from django_workers.stores import NewTask, WorkerStore, default_store
 from django_workers.stores.base import NewWorkflow
 from django_workers.submission import (
-    DEFAULT_QUEUE,
     _authorize_queue,
-    _check_args,
-    _check_kwargs,
-    _check_listed,
     _check_priority,
-    _check_queue,
-    _check_size,
-    _options_json,
-    effective_options,
 )
-from django_workers.workflows import sharing
+from django_workers.workflows import sharing, validation
 from django_workers.workflows.handles import WorkflowHandle
-from django_workers.workflows.plan import NodePlan, UndoPlan, WorkflowPlan
+from django_workers.workflows.plan import NodePlan, WorkflowPlan
 
 NAME_PATTERN: Final = re.compile(rf"[A-Za-z0-9_.-]{{1,{NODE_NAME_MAX_LENGTH}}}")
 ID_PATTERN: Final = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 #: Ids a workflow may not take (they name listings, not workflows).
 RESERVED_IDS: Final = frozenset({"index"})
 
-#: The refusals of a task submission that mean bad input, collected into InvalidWorkflow.
-_BAD_INPUT: Final = (
-    InvalidTaskKey,
-    InvalidTaskOptions,
-    TaskNotImportable,
-    ArgumentsNotSerializable,
-    ArgumentsTooLarge,
-)
-
 # -- the builder ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Call:
-    """A task and its arguments as the caller gave them, checked only by ``plan()``."""
-
-    task: TaskRef
-    args: Any
-    kwargs: Any
-    queue: Any
-    #: An undo's own options (a node's are the node's); None: the defaults.
-    options: Any = None
 
 
 class WorkflowNode:
@@ -118,7 +83,7 @@ class WorkflowNode:
     )
 
     def __init__(
-        self, workflow: Workflow, index: int, name: str, call: _Call, options: Any
+        self, workflow: Workflow, index: int, name: str, call: validation.Call, options: Any
     ) -> None:
         self._workflow = workflow
         self._index = index
@@ -128,7 +93,7 @@ class WorkflowNode:
         self._after: set[int] = set()
         self._always = False
         self._priority: Any = None
-        self._undo: _Call | None = None
+        self._undo: validation.Call | None = None
 
     def __repr__(self) -> str:
         return f"<WorkflowNode {self.name!r} of {self._workflow.id!r}>"
@@ -167,7 +132,7 @@ class WorkflowNode:
                 f"Node {self.name!r} is given a second .undo(); a node has at most one."
             )
         else:
-            self._undo = _Call(task, args, kwargs, queue, options)
+            self._undo = validation.Call(task, args, kwargs, queue, options)
         return self
 
     def priority(self, priority: int) -> Self:
@@ -240,7 +205,9 @@ class Workflow:
             )
         elif any(node.name == name for node in self._nodes):
             self._record(f"Two nodes are named {name!r}; node names are unique in a workflow.")
-        node = WorkflowNode(self, len(self._nodes), name, _Call(task, args, kwargs, queue), options)
+        node = WorkflowNode(
+            self, len(self._nodes), name, validation.Call(task, args, kwargs, queue), options
+        )
         self._nodes.append(node)
         return node
 
@@ -251,7 +218,7 @@ class Workflow:
         for flag in ("fail_fast", "undo_on_cancel"):
             if not isinstance(getattr(self, flag), bool):
                 problems.append(f"{flag} must be True or False, got {getattr(self, flag)!r}.")
-        deadline = _deadline_seconds(self.deadline, problems)
+        deadline = validation.deadline_seconds(self.deadline, problems)
         if not self._nodes:
             problems.append("A workflow needs at least one node; add one with wf.add(name, task).")
         watchers = sharing.watcher_ids(self.watchers, self.authority, problems)
@@ -302,17 +269,19 @@ class Workflow:
 
     def _plan_node(self, node: WorkflowNode, problems: list[str]) -> NodePlan | None:
         where = f"Node {node.name!r}"
-        checked = _check_call(node._call, where, problems)
+        checked = validation.check_call(node._call, where, problems)
         django_task = node._call.task if isinstance(node._call.task, Task) else None
-        declared = _declared(node._call.task)
-        options = _attempt(problems, where, _stored_options, node._options, declared, django_task)
+        declared = validation.task_defaults(node._call.task)
+        options = validation.attempt(
+            problems, where, validation.stored_options, node._options, declared, django_task
+        )
         priority = node._priority
         if priority is None:
             priority = getattr(django_task, "priority", 0)
-        priority = _attempt(problems, where, _check_priority, priority)
+        priority = validation.attempt(problems, where, _check_priority, priority)
         undo = None
         if node._undo is not None:
-            undo = _plan_undo(node._undo, f"The undo of node {node.name!r}", problems)
+            undo = validation.plan_undo(node._undo, f"The undo of node {node.name!r}", problems)
         if checked is None or options is None or priority is None:
             return None
         path, args, kwargs, queue = checked
@@ -344,124 +313,6 @@ class Workflow:
                 f"Workflow {plan.key!r} uses queues its authority may not submit to: {listed}"
             ) from refusals[0]
         sharing.authorize_watchers(plan, self.authority, store)
-
-
-# -- checks -----------------------------------------------------------------------------------
-
-
-def _attempt(problems: list[str], where: str, check: Any, *args: Any) -> Any:
-    """Return ``check(*args)``, or record its bad-input refusal under ``where`` and return None."""
-    try:
-        return check(*args)
-    except _BAD_INPUT as e:
-        problems.append(f"{where}: {e}")
-        return None
-
-
-def _check_call(
-    call: _Call, where: str, problems: list[str]
-) -> tuple[str, list[Any], dict[str, Any], str] | None:
-    path = _attempt(problems, where, task_path, call.task)
-    django_task = call.task if isinstance(call.task, Task) else None
-    queue = call.queue
-    if queue is None:
-        queue = django_task.queue_name if django_task else DEFAULT_QUEUE
-    queue = _attempt(problems, where, _queue_name, queue)
-    args = _attempt(problems, where, _check_args, call.args)
-    kwargs = _attempt(problems, where, _check_kwargs, call.kwargs)
-    if args is None or kwargs is None:
-        return None
-    fits = _attempt(problems, where, _fits, len(args[1]) + len(kwargs[1]))
-    if path is None or queue is None or not fits:
-        return None
-    return path, args[0], kwargs[0], queue
-
-
-def _fits(size: int) -> bool:
-    _check_size(size)
-    return True
-
-
-def _plan_undo(call: _Call, where: str, problems: list[str]) -> UndoPlan | None:
-    checked = _check_call(call, where, problems)
-    if checked is None:
-        return None
-    path, args, kwargs, queue = checked
-    django_task = call.task if isinstance(call.task, Task) else None
-    declared = _declared(call.task)
-    try:
-        if call.options is None:
-            # The options its task declares, else none: the undo's default retries apply
-            # when it is queued to what is not set here.
-            options = _declared_options(declared, django_task)
-        else:
-            options = _stored_options(call.options, declared, django_task)
-    except InvalidTaskOptions as e:
-        problems.append(f"{where}: {e}")
-        return None
-    return UndoPlan(task_path=path, args=args, kwargs=kwargs, queue=queue, options=options)
-
-
-def _deadline_seconds(deadline: object, problems: list[str]) -> float | None:
-    """The deadline in seconds, or None; a problem is recorded for anything else."""
-    if deadline is None:
-        return None
-    if isinstance(deadline, timedelta):
-        seconds: object = deadline.total_seconds()
-    elif isinstance(deadline, int | float) and not isinstance(deadline, bool):
-        seconds = float(deadline)
-    else:
-        problems.append(
-            f"deadline must be a number of seconds or a timedelta, got {type(deadline).__name__}."
-        )
-        return None
-    assert isinstance(seconds, float)
-    if not (0 < seconds <= SECONDS_MAX):  # a NaN fails this too
-        problems.append(
-            f"deadline must be more than 0 s and at most {SECONDS_MAX} s (ten years), "
-            f"got {deadline!r}."
-        )
-        return None
-    return seconds
-
-
-def _queue_name(queue: object) -> str:
-    # _check_queue is cached, so only a hashable value may reach it.
-    name = _check_queue(queue) if isinstance(queue, str) else _check_queue.__wrapped__(queue)
-    _check_listed(name)
-    return name
-
-
-def _declared(task: object) -> TaskOptions | None:
-    """The defaults ``django_workers.task`` gave ``task``; None if it has none or is refused
-    (the refusal is reported with the node's task)."""
-    try:
-        # Any object until checked: one task_reference cannot take raises TypeError here.
-        return task_reference(task)[1]  # type: ignore[arg-type]
-    except (TaskNotImportable, TypeError):
-        return None
-
-
-def _stored_options(
-    options: object, declared: TaskOptions | None, django_task: Task[..., Any] | None
-) -> dict[str, Any]:
-    stored = dict(_options_json(effective_options(options, declared)))
-    if django_task is not None and django_task.takes_context:
-        stored["takes_context"] = True
-    return stored
-
-
-def _declared_options(
-    declared: TaskOptions | None, django_task: Task[..., Any] | None
-) -> dict[str, Any]:
-    """An undo's options when it is given none: only those its task's declaration sets."""
-    stored: dict[str, Any] = {}
-    if declared is not None:
-        full = _options_json(declared)
-        stored = {name: full[name] for name in declared.given if name in full}
-    if django_task is not None and django_task.takes_context:
-        stored["takes_context"] = True
-    return stored
 
 
 # -- writing ------------------------------------------------------------------------------------
