@@ -32,6 +32,27 @@ from django_workers.info import TaskStatus
 CLAIM_ORDER = ("-priority", "created_at", "id")
 
 
+class PendingQueueIndex(models.Index):
+    """The PENDING rows by queue in claim order; on PostgreSQL, without the leading status.
+
+    PostgreSQL leaves out of an index scan's conditions whatever the index's own
+    condition implies: ``status = 'PENDING'`` is not a condition of a scan of this
+    index there, so a leading ``status`` column left the scan nothing to seek with,
+    and a look-up of one queue read the index from its first entry (every pending
+    row of the queues before it). Where a database keeps ``status`` in the scan
+    (SQLite), or has no partial indexes and needs it (MariaDB, MySQL), it stays.
+    """
+
+    def create_sql(
+        self, model: type[models.Model], schema_editor: Any, using: str = "", **kwargs: Any
+    ) -> Any:
+        if schema_editor.connection.vendor != "postgresql":
+            return super().create_sql(model, schema_editor, using, **kwargs)
+        fields = [name for name in self.fields if name != "status"]
+        index = models.Index(fields=fields, name=self.name, condition=self.condition)
+        return index.create_sql(model, schema_editor, using, **kwargs)
+
+
 class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
     """Named queries over task records."""
 
@@ -149,7 +170,7 @@ class TaskRecord(models.Model):
                 name="workers_task_pending",
                 condition=Q(status=TaskStatus.PENDING),
             ),
-            models.Index(
+            PendingQueueIndex(
                 fields=("status", "queue", *CLAIM_ORDER),
                 name="workers_task_pending_queue",
                 condition=Q(status=TaskStatus.PENDING),
