@@ -37,10 +37,15 @@ def definition(name: str) -> str:
 @pytest.mark.django_db
 def test_the_claim_indexes_hold_pending_rows_where_the_database_allows() -> None:
     found = indexes()
+    # PostgreSQL never bounds a scan of a partial index by what its condition implies,
+    # so there the index of a queue's rows leads with the queue.
+    by_queue = ["queue", "priority", "created_at", "id"]
+    if connection.vendor != "postgresql":
+        by_queue.insert(0, "status")
 
     for name, columns in [
         ("workers_task_pending", ["status", "priority", "created_at", "id"]),
-        ("workers_task_pending_queue", ["status", "queue", "priority", "created_at", "id"]),
+        ("workers_task_pending_queue", by_queue),
     ]:
         assert found[name]["columns"] == columns
         partial = "WHERE" in definition(name).upper()
@@ -152,6 +157,17 @@ def test_the_migration_goes_back_and_forth() -> None:
     finally:
         call_command("migrate", "django_workers", verbosity=0)
     assert "workers_task_pending" in indexes()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_queue_index_migration_goes_back_and_forth() -> None:
+    leading = "queue" if connection.vendor == "postgresql" else "status"
+    try:
+        call_command("migrate", "django_workers", "0016", verbosity=0)
+        assert indexes()["workers_task_pending_queue"]["columns"][0] == "status"
+    finally:
+        call_command("migrate", "django_workers", verbosity=0)
+    assert indexes()["workers_task_pending_queue"]["columns"][0] == leading
 
 
 @pytest.mark.django_db(transaction=True)
