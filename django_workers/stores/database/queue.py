@@ -100,13 +100,14 @@ class DatabaseRunQueue(DatabaseAccess):
             # Stamped after the queue locks: a sequential queue's next run starts after
             # the previous one's end was written.
             now = max(now, clock.now())
-            ready = self._records().ready(list(queues) if queues else None, now)
-            full = [name for name, slots in free.items() if slots <= 0]
-            if full:
-                ready = ready.exclude(queue__in=full)
-            if connections[self.using].features.has_select_for_update_skip_locked:
-                ready = ready.select_for_update(skip_locked=True)
-            ids = _within_limits(list(ready.values_list("id", "queue")[:limit]), free)
+            if any(slots < limit for slots in free.values()):
+                candidates = self._ready_by_queue(queues, limit, now, free)
+            else:
+                ready = self._records().ready(list(queues) if queues else None, now)
+                if connections[self.using].features.has_select_for_update_skip_locked:
+                    ready = ready.select_for_update(skip_locked=True)
+                candidates = list(ready.values_list("id", "queue")[:limit])
+            ids = _within_limits(candidates, free)
             if not ids:
                 return []
             self._records().filter(pk__in=ids, status=TaskStatus.PENDING).update(
@@ -127,6 +128,29 @@ class DatabaseRunQueue(DatabaseAccess):
             claimed = list(found.values(*COLUMNS))
         claimed.sort(key=rows.claim_order)
         return self._infos(claimed)
+
+    def _ready_by_queue(
+        self, queues: Sequence[str] | None, limit: int, now: datetime, free: Mapping[str, int]
+    ) -> list[tuple[str, str]]:
+        """The first ``limit`` ready rows in claim order, each queue's no more than its room.
+
+        For a claim where a limited queue has less room than the claim (full, or
+        nearly): read in claim order across queues, the rows of that queue would be
+        read past one by one, its whole backlog. Each queue served gives instead its
+        first rows from the index of PENDING rows by queue, then the claim keeps the
+        first of them and locks those (skipping rows another claimer holds).
+        """
+        connection = connections[self.using]
+        served = list(queues) if queues else sql.pending_queues(connection)
+        rooms = [(q, min(limit, free.get(q, limit))) for q in served]
+        chosen = sql.ready_in_queues(connection, [(q, n) for q, n in rooms if n > 0], limit, now)
+        if chosen and connection.features.has_select_for_update_skip_locked:
+            pending = self._records().filter(
+                pk__in=[i for i, _ in chosen], status=TaskStatus.PENDING
+            )
+            locked = set(pending.select_for_update(skip_locked=True).values_list("id", flat=True))
+            chosen = [(i, queue) for i, queue in chosen if i in locked]
+        return chosen
 
     def _make_queue_locks(self, limits: Mapping[str, int]) -> None:
         """Create the lock rows of limited queues that have none, before the claim's transaction.

@@ -34,6 +34,8 @@ from django_workers.stores.sql.claim import (
     claim_limited_postgres,
     claim_postgres,
     claim_sqlite,
+    pending_queues,
+    ready_in_queues,
 )
 from django_workers.stores.sql.columns import DATETIME_COLUMNS, JSON_COLUMNS
 from django_workers.stores.sql.cursor import kept_cursor, kept_fetch, psycopg_client_cursor
@@ -89,9 +91,11 @@ __all__ = [
     "kept_fetch",
     "list_records",
     "lock_and_finish_postgres",
+    "pending_queues",
     "psycopg_client_cursor",
     "read_record",
     "read_workflows",
+    "ready_in_queues",
     "rollback_postgres",
     "save_workflow_postgres",
 ]

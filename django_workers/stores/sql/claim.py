@@ -41,6 +41,38 @@ def any_ready(connection: BaseDatabaseWrapper, queues: Sequence[str] | None, now
         return cursor.fetchone() is not None
 
 
+def pending_queues(connection: BaseDatabaseWrapper) -> list[str]:
+    """The queues with a PENDING row, in name order: one index probe for each."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            statement(connection.vendor, "pending_queues"), [TaskStatus.PENDING.value] * 2
+        )
+        return [name for (name,) in cursor.fetchall()]
+
+
+def ready_in_queues(
+    connection: BaseDatabaseWrapper, rooms: Sequence[tuple[str, int]], limit: int, now: datetime
+) -> list[tuple[str, str]]:
+    """The first ``limit`` ready rows (id, queue) in claim order, no queue past its room.
+
+    ``rooms``: (queue, most rows) for each queue served; one read, each queue's rows
+    from its own part of the index of PENDING rows. Nothing is locked.
+    """
+    if not rooms:
+        return []
+    vendor = connection.vendor
+    parts = " UNION ALL ".join(
+        statement(vendor, "ready_in_queue", n=str(n)) for n in range(len(rooms))
+    )
+    at = connection.ops.adapt_datetimefield_value(now)
+    params: list[Any] = []
+    for queue, room in rooms:
+        params += [TaskStatus.PENDING.value, queue, at, room]
+    with connection.cursor() as cursor:
+        cursor.execute(statement(vendor, "ready_in_queues", queues=parts), [*params, limit])
+        return [(task_id, queue) for task_id, queue in cursor.fetchall()]
+
+
 def _in_queues(queues: Sequence[str] | None) -> str:
     """The condition on the queue as an IN list, one placeholder a queue."""
     return f" AND queue IN ({', '.join(['%s'] * len(queues))})" if queues else ""
@@ -142,8 +174,9 @@ def _limited_claim_sql(
         statement(_PG, "lock_queues"),
         statement(_PG, "no_jit"),
         *_ordered_claim(queues),
-        statement(_PG, "limited_claim", queue_filter=_queue_filter(queues)),
+        statement(_PG, "limited_claim", queue_filter=_queue_filter(queues), served=_served(queues)),
     ]
+    pending = TaskStatus.PENDING.value
     params: list[Any] = [
         names,
         names,
@@ -152,13 +185,22 @@ def _limited_claim_sql(
         names,
         names,
         [limits[name] for name in names],
+        limit,
+        pending,
+        pending,
         TaskStatus.RUNNING.value,
         worker_id,
         now,
-        TaskStatus.PENDING.value,
+        pending,
         now,
         *_queue_params(queues),
         limit,
+        *_queue_params(queues),
+        pending,
+        now,
+        limit,
+        limit,
+        pending,
     ]
     return ";\n".join(sent), params, len(sent) - 1
 
@@ -206,6 +248,17 @@ def _queue_params(queues: Sequence[str] | None) -> list[Any]:
     if not queues:
         return []
     return [queues[0] if len(queues) == 1 else list(queues)]
+
+
+def _served(queues: Sequence[str] | None) -> str:
+    """The queues a limited claim serves, as a one-column table ``name``.
+
+    Every queue: those with a PENDING row (the statement's ``pending_queues``); one
+    or several: those given (``_queue_params``'s parameter).
+    """
+    if not queues:
+        return "SELECT name FROM pending_queues WHERE name IS NOT NULL"
+    return "SELECT %s::text AS name" if len(queues) == 1 else "SELECT unnest(%s::text[]) AS name"
 
 
 def _ordered_claim(queues: Sequence[str] | None) -> list[str]:
