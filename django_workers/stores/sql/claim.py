@@ -200,7 +200,6 @@ def _limited_claim_sql(
         now,
         limit,
         limit,
-        pending,
     ]
     return ";\n".join(sent), params, len(sent) - 1
 

@@ -110,16 +110,20 @@ SELECT name FROM django_workers_queuelock WHERE name = ANY(%s) ORDER BY name FOR
 -- locks before it. Of each limited queue it takes no more rows than its limit
 -- less its RUNNING records and held slots. While every limited queue has room
 -- for the whole claim, the rows come in claim order from the index of PENDING
--- rows, as in claim. Once one has less room (full, or nearly), its backlog
--- would be read past row by row (30 ms at 100,000 pending), so each queue
--- served gives instead its first rows, as many as it has room for, from the
--- index of PENDING rows by queue, and the claim takes the first of those in
--- claim order, then locks them. The queues served are the given ones, or for
--- every queue those with a PENDING row, found one index probe a queue. Its
--- start time is the given time plus the time spent waiting for the locks, so a
--- sequential queue's next run starts after the previous run's end was
--- written. {queue_filter} as in claim; {served}: the queues served as a
--- one-column table "name" (see claim.py).
+-- rows, as in claim ("in_order"). Once one has less room (full, or nearly),
+-- that walk would read past its backlog row by row (30 ms at 100,000 pending
+-- behind a full queue), so instead ("by_queue") each queue served locks its
+-- first rows, no more than its room, from the index of PENDING rows by queue,
+-- and the claim keeps the first of those in claim order (the others' locks
+-- end with the claim's transaction). The queue's bounds are written as a range
+-- and its rows ordered by queue first, an order only that index has: with the
+-- statistics of a table of one queue, the planner otherwise read that queue's
+-- rows out of the index in claim order. The queues served are the given ones,
+-- or, for every queue, those with a PENDING row ("pending_queues": one index
+-- probe a queue). Its start time is the given time plus the time spent waiting
+-- for the locks, so a sequential queue's next run starts after the previous
+-- run's end was written. {queue_filter} as in claim; {served}: the queues
+-- served as a one-column table "name" (see claim.py).
 WITH RECURSIVE busy AS (
     SELECT queue FROM django_workers_taskrecord WHERE status = %s AND queue = ANY(%s)
     UNION ALL
@@ -157,23 +161,18 @@ FROM (
             LIMIT %s
             FOR UPDATE SKIP LOCKED
         ) AS in_order UNION ALL SELECT * FROM (
-            SELECT id, queue, priority, created_at FROM django_workers_taskrecord
-            WHERE id = ANY(ARRAY(
-                SELECT r.id FROM ({served}) AS q
-                CROSS JOIN LATERAL (
-                    SELECT id, priority, created_at FROM django_workers_taskrecord
-                    WHERE status = %s AND queue >= q.name AND queue <= q.name
-                        AND (run_after IS NULL OR run_after <= %s)
-                    ORDER BY queue, priority DESC, created_at, id
-                    LIMIT GREATEST(0, LEAST(
-                        %s, (SELECT f.slots FROM free f WHERE f.name = q.name)
-                    ))
-                ) AS r
-                ORDER BY r.priority DESC, r.created_at, r.id
-                LIMIT %s
-            ))
-                AND status = %s AND (SELECT yes FROM cramped)
-            FOR UPDATE SKIP LOCKED
+            SELECT r.* FROM ({served}) AS q
+            CROSS JOIN LATERAL (
+                SELECT id, queue, priority, created_at FROM django_workers_taskrecord
+                WHERE status = %s AND queue >= q.name AND queue <= q.name
+                    AND (run_after IS NULL OR run_after <= %s)
+                ORDER BY queue, priority DESC, created_at, id
+                LIMIT GREATEST(0, LEAST(%s, (SELECT f.slots FROM free f WHERE f.name = q.name)))
+                FOR UPDATE SKIP LOCKED
+            ) AS r
+            WHERE (SELECT yes FROM cramped)
+            ORDER BY r.priority DESC, r.created_at, r.id
+            LIMIT %s
         ) AS by_queue
     ) AS c
 ) AS ready
