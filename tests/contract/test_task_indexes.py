@@ -179,3 +179,33 @@ def test_the_history_index_migration_goes_back_and_forth() -> None:
     finally:
         call_command("migrate", "django_workers", verbosity=0)
     assert {"workers_task_owner_list", "workers_task_ended", "workers_task_nodes"} <= set(indexes())
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's planner, bound parameters")
+def test_sqlite_reads_each_queue_by_index_behind_a_full_queue() -> None:
+    store = DatabaseWorkerStore()
+    store.submit_many([NewTaskFactory(queue="busy") for _ in range(20)], "alice")
+    store.submit_many([NewTaskFactory(queue="idle") for _ in range(3)], "alice")
+    limits = {"busy": 1}
+    assert len(store.claim("w0", ["busy"], 1, clock.now(), limits)) == 1
+    seen: list[tuple[str, Any]] = []
+
+    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        claimed = store.claim("w1", None, 10, clock.now(), limits)
+    assert [info.queue for info in claimed] == ["idle"] * 3
+    plans = []
+    for sql, params in seen:
+        if "min(queue)" in sql or "AS ready_0" in sql:
+            with connection.cursor() as cursor:
+                cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+                plans += [str(row[-1]) for row in cursor.fetchall()]
+    text = "\n".join(plans)
+    # The queues with pending rows, one probe each; then each queue's own first rows.
+    assert "workers_task_pending_queue (status=? AND queue>?)" in text, text
+    assert "workers_task_pending_queue (status=? AND queue=?)" in text, text
+    assert "SCAN django_workers_taskrecord" not in text, text
