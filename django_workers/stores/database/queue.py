@@ -80,17 +80,25 @@ class DatabaseRunQueue(DatabaseAccess):
         limits: dict[str, int],
     ) -> list[TaskInfo]:
         """``claim`` on SQLite and MariaDB, and of queues with limits (the writer lock held)."""
-        if not sql.any_ready(connections[self.using], queues, now):
-            # A plain read first: an idle poll takes no lock and writes nothing (and on
-            # SQLite does not take its one write lock).
+        connection = connections[self.using]
+        one_round_trip = self.vendor == "postgresql" and self._autocommit()
+        # A plain read first: an idle poll takes no lock and writes nothing (and on
+        # SQLite does not take its one write lock). Before PostgreSQL's limited claim
+        # it also tells whether a limited queue has less room than the claim, which
+        # picks the shape of the claim's statement.
+        if one_round_trip:
+            ready, cramped = sql.ready_within_limits(connection, queues, limit, now, limits)
+        else:
+            ready, cramped = sql.any_ready(connection, queues, now), False
+        if not ready:
             return []
         if self.vendor == "sqlite" and not limits:
             with self._atomic():
-                found = sql.claim_sqlite(connections[self.using], worker_id, queues, limit, now)
+                found = sql.claim_sqlite(connection, worker_id, queues, limit, now)
             return _claimed(found)
-        if self.vendor == "postgresql" and self._autocommit():
+        if one_round_trip:
             claimed_rows = sql.claim_limited_postgres(
-                connections[self.using], (worker_id, queues, limit, now), limits
+                connection, (worker_id, queues, limit, now), limits, cramped=cramped
             )
             if claimed_rows is not None:
                 return _claimed(claimed_rows)

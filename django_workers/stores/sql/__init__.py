@@ -36,6 +36,7 @@ from django_workers.stores.sql.claim import (
     claim_sqlite,
     pending_queues,
     ready_in_queues,
+    ready_within_limits,
 )
 from django_workers.stores.sql.columns import DATETIME_COLUMNS, JSON_COLUMNS
 from django_workers.stores.sql.cursor import kept_cursor, kept_fetch, psycopg_client_cursor
@@ -96,6 +97,7 @@ __all__ = [
     "read_record",
     "read_workflows",
     "ready_in_queues",
+    "ready_within_limits",
     "rollback_postgres",
     "save_workflow_postgres",
 ]
