@@ -177,7 +177,7 @@ def ready_within_limits(
         return any_ready(connection, queues, now), True
     names = sorted(limits)
     ready = statement(_PG, "ready_within_limits", queue_filter=_in_queues(queues))
-    params = [
+    params: list[Any] = [
         TaskStatus.PENDING.value,
         now,
         *(queues or ()),
