@@ -14,6 +14,9 @@ CALL_HOLES = {
     "ids": "%s",
     "columns": "id",
     "assignments": "state = %s",
+    "served": "SELECT %s::text AS name",
+    "queues": "SELECT 1",
+    "n": "0",
 }
 
 
