@@ -4,6 +4,7 @@ as the task table grows?
     .venv/bin/python benchmarks/growth.py --db all                 # 1k, 100k, 1M rows
     .venv/bin/python benchmarks/growth.py --db postgres --quick    # 1k, 10k, 100k rows
     .venv/bin/python benchmarks/growth.py --db sqlite --sizes 1000,50000
+    .venv/bin/python benchmarks/growth.py --db postgres --sizes 1000,1000000 --only claim_past_full
 
 For each size the task table is emptied and filled with that many rows in one
 SQL statement (``generate_series`` on PostgreSQL, a recursive CTE on SQLite):
@@ -99,7 +100,20 @@ CLAIM_PAUSE = 0.005
 # -- the child: one database, every size ---------------------------------------------------
 
 
-def child(sizes: list[int], quick: bool) -> dict[str, Any]:
+#: The figures a run can be limited to with ``--only``, in the order they are measured.
+FIGURES = (
+    "claim",
+    "claim_limited",
+    "claim_past_full",
+    "claim_stale",
+    "list",
+    "enqueue",
+    "plans",
+    "cleanup",
+)
+
+
+def child(sizes: list[int], quick: bool, only: set[str]) -> dict[str, Any]:
     import django
 
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "benchmarks.settings")
@@ -109,22 +123,31 @@ def child(sizes: list[int], quick: bool) -> dict[str, Any]:
 
     call_command("migrate", verbosity=0, interactive=False)
     answer: dict[str, Any] = {"vendor": connection.vendor, "sizes": {}}
+    rounds = 100 if quick else 400
     for n in sizes:
         started = time.monotonic()
         fill(n)
         fill_s = time.monotonic() - started
         say(f"{connection.vendor}: {n:,} rows filled in {fill_s:.1f} s")
         figures: dict[str, Any] = {"fill_s": fill_s}
-        figures["claim"] = measure_claim(100 if quick else 400)
-        figures["claim_limited"] = measure_claim(100 if quick else 400, LIMITS)
-        figures["claim_past_full"] = measure_claim_past_a_full_queue(100 if quick else 400)
-        if connection.vendor == "postgresql":
-            figures["claim_stale"] = measure_claim_with_old_statistics(100 if quick else 400)
-        figures["list"] = measure_list(100 if quick else 300)
-        figures["enqueue"] = measure_enqueue(500 if quick else 2000)
-        if n == max(sizes):  # before the cleanup, which leaves the list's rows alone
-            figures["plans"] = plans()
-        figures["cleanup"] = measure_cleanup(10 if quick else 40)
+        measures = {
+            "claim": lambda: measure_claim(rounds),
+            "claim_limited": lambda: measure_claim(rounds, LIMITS),
+            "claim_past_full": lambda: measure_claim_past_a_full_queue(rounds),
+            "claim_stale": lambda: measure_claim_with_old_statistics(rounds),
+            "list": lambda: measure_list(100 if quick else 300),
+            "enqueue": lambda: measure_enqueue(500 if quick else 2000),
+            "plans": plans,
+            "cleanup": lambda: measure_cleanup(10 if quick else 40),
+        }
+        for name in FIGURES:
+            if name not in only:
+                continue
+            if name == "claim_stale" and connection.vendor != "postgresql":
+                continue
+            if name == "plans" and n != max(sizes):
+                continue  # at the largest size, before the cleanup, which leaves the list's rows
+            figures[name] = measures[name]()
         answer["sizes"][str(n)] = figures
         say(f"{connection.vendor}: {n:,} rows done: {summary_line(figures)}")
     return answer
@@ -135,12 +158,20 @@ def say(text: str) -> None:
 
 
 def summary_line(f: dict[str, Any]) -> str:
-    return (
-        f"claim p50 {f['claim']['claim_p50_ms']:.2f} ms, list p50 {f['list']['p50_ms']:.2f} ms, "
-        f"enqueue {f['enqueue']['per_second']:.0f}/s, cleanup batch max "
-        f"{f['cleanup']['batch_max_ms']:.1f} ms, claim max during cleanup "
-        f"{f['cleanup']['claim_max_ms']:.1f} ms"
-    )
+    parts = []
+    for name in ("claim", "claim_limited", "claim_past_full", "claim_stale"):
+        if name in f:
+            parts.append(f"{name} p50 {f[name]['claim_p50_ms']:.2f} ms")
+    if "list" in f:
+        parts.append(f"list p50 {f['list']['p50_ms']:.2f} ms")
+    if "enqueue" in f:
+        parts.append(f"enqueue {f['enqueue']['per_second']:.0f}/s")
+    if "cleanup" in f:
+        parts.append(
+            f"cleanup batch max {f['cleanup']['batch_max_ms']:.1f} ms, claim max during "
+            f"cleanup {f['cleanup']['claim_max_ms']:.1f} ms"
+        )
+    return ", ".join(parts)
 
 
 def fill(n: int) -> None:
@@ -575,7 +606,7 @@ def recreate_pg() -> None:
         c.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(PG_DB)))
 
 
-def run_child(db: str, sizes: list[int], quick: bool) -> dict[str, Any]:
+def run_child(db: str, sizes: list[int], quick: bool, only: str) -> dict[str, Any]:
     env = dict(os.environ, DJANGO_SETTINGS_MODULE="benchmarks.settings")
     if db == "postgres":
         recreate_pg()
@@ -586,6 +617,7 @@ def run_child(db: str, sizes: list[int], quick: bool) -> dict[str, Any]:
             Path(f"{SQLITE_FILE}{suffix}").unlink(missing_ok=True)
         env["DATABASE_URL"] = f"sqlite:///{SQLITE_FILE}"
     command = [sys.executable, __file__, "--child", "--sizes", ",".join(map(str, sizes))]
+    command += ["--only", only]
     if quick:
         command.append("--quick")
     done = subprocess.run(command, env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True)
@@ -623,7 +655,7 @@ def table(results: dict[str, dict[str, Any]], sizes: list[int]) -> str:
     for label, group, key in rows:
         for db, answer in results.items():
             if group and group not in answer["sizes"][str(sizes[0])]:
-                continue  # a figure this database does not have
+                continue  # a figure this database does not have, or left out by --only
             values = []
             for n in sizes:
                 figures = answer["sizes"][str(n)]
@@ -639,20 +671,28 @@ def main() -> int:
     parser.add_argument("--db", choices=("sqlite", "postgres", "all"), default="all")
     parser.add_argument("--sizes", default=None, help="rows, comma-separated")
     parser.add_argument("--quick", action="store_true", help="1k, 10k, 100k; fewer rounds")
+    parser.add_argument(
+        "--only",
+        default=",".join(FIGURES),
+        help=f"figures to measure, comma-separated, of: {', '.join(FIGURES)}",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    only = set(args.only.split(","))
+    if only - set(FIGURES):
+        parser.error(f"unknown figures: {', '.join(sorted(only - set(FIGURES)))}")
     default = "1000,10000,100000" if args.quick else "1000,100000,1000000"
     sizes = sorted(int(s) for s in (args.sizes or default).split(","))
     if min(sizes) <= USER_TASKS * 2:
         parser.error(f"every size must be above {USER_TASKS * 2} rows")
     if args.child:
-        answer = child(sizes, args.quick)
+        answer = child(sizes, args.quick, only)
         sys.stdout.write(ANSWER + json.dumps(answer) + "\n")
         return 0
     started = time.monotonic()
     dbs = ["sqlite", "postgres"] if args.db == "all" else [args.db]
     load = os.getloadavg()[0]
-    results = {db: run_child(db, sizes, args.quick) for db in dbs}
+    results = {db: run_child(db, sizes, args.quick, args.only) for db in dbs}
     text = table(results, sizes)
     plans_text = []
     for db, answer in results.items():

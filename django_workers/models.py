@@ -44,6 +44,29 @@ class QueueCountRow(TypedDict):
 CLAIM_ORDER = ("-priority", "created_at", "id")
 
 
+class PendingQueueIndex(models.Index):
+    """PENDING rows by queue (then owner, or claim order); on PostgreSQL, without the status.
+
+    PostgreSQL leaves out of an index scan's conditions whatever the index's own
+    condition implies: ``status = 'PENDING'`` is not a condition of a scan of this
+    index there, so a leading ``status`` column left the scan nothing to seek with,
+    and a look-up of one queue read the index from its first entry (every pending
+    row of the queues before it). Where a database keeps ``status`` in the scan
+    (SQLite), or has no partial indexes and needs it (MariaDB, MySQL), it stays.
+    """
+
+    def create_sql(
+        self, model: type[models.Model], schema_editor: Any, using: str = "", **kwargs: Any
+    ) -> Any:
+        if schema_editor.connection.vendor != "postgresql":
+            return super().create_sql(model, schema_editor, using, **kwargs)
+        fields = [name for name in self.fields if name != "status"]
+        index = models.Index(
+            fields=fields, name=self.name, condition=self.condition, include=self.include
+        )
+        return index.create_sql(model, schema_editor, using, **kwargs)
+
+
 class TaskRecordQuerySet(models.QuerySet["TaskRecord"]):
     """Named queries over task records."""
 
@@ -154,7 +177,7 @@ class TaskRecord(models.Model):
                 name="workers_task_pending",
                 condition=Q(status=TaskStatus.PENDING),
             ),
-            models.Index(
+            PendingQueueIndex(
                 fields=("status", "queue", *CLAIM_ORDER),
                 name="workers_task_pending_queue",
                 condition=Q(status=TaskStatus.PENDING),
@@ -162,7 +185,7 @@ class TaskRecord(models.Model):
             # A fair queue's owners and each one's next tasks (global tasks, owner NULL,
             # as one more owner). With run_after (PostgreSQL), it answers an owner's
             # read alone, so the planner never prefers the claim-order index above.
-            models.Index(
+            PendingQueueIndex(
                 fields=("status", "queue", "owner", *CLAIM_ORDER),
                 include=("run_after",),
                 name="workers_task_pending_owner",

@@ -1,7 +1,8 @@
 """Fair queues: an index of PENDING tasks by queue and owner, and PostgreSQL's claim.
 
 The index serves a fair queue's loose scan of its owners and each owner's next
-tasks in claim order (global tasks, owner NULL, are one more owner). On
+tasks in claim order (global tasks, owner NULL, are one more owner); on PostgreSQL
+without its leading status, as ``PendingQueueIndex`` says. On
 PostgreSQL it also holds ``run_after``, so that it answers an owner's read alone:
 a plan otherwise read the claim-order index of every queue in order and dropped
 other owners' rows, thousands of them when an owner's tasks come late. On
@@ -10,6 +11,8 @@ serves fair queues, in one call.
 """
 
 from django.db import migrations, models
+
+import django_workers.models
 
 #: The claim of a worker that serves fair queues (and no limited queue), on PostgreSQL.
 #: p_queues: the queues served (NULL: every queue); p_fair and p_per_owner: the fair
@@ -211,7 +214,7 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddIndex(
             model_name="taskrecord",
-            index=models.Index(
+            index=django_workers.models.PendingQueueIndex(
                 condition=models.Q(("status", "PENDING")),
                 fields=["status", "queue", "owner", "-priority", "created_at", "id"],
                 include=["run_after"],

@@ -23,6 +23,7 @@ from django_workers import TaskStatus, clock, lifecycle
 from django_workers.models import TaskRecord
 from django_workers.stores.database import DatabaseWorkerStore
 from django_workers.stores.sql import CLAIM_FUNCTION, CLAIM_RECORDS_FUNCTION
+from django_workers.stores.sql import claim as sql_claim
 from tests.factories import NewTaskFactory
 
 pytestmark = [
@@ -244,3 +245,25 @@ def test_the_read_before_a_limited_claim_walks_the_pending_index(sent: Sent) -> 
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Seq Scan" not in plan
     assert "Index Scan using workers_task_pending " in plan
+
+
+def test_a_claim_behind_a_full_queue_reads_none_of_its_backlog(store: DatabaseWorkerStore) -> None:
+    # The 2,000 pending tasks of the fixture's queue come first in claim order; with
+    # that queue full, a claim once read past every one of them to reach the others.
+    limits = {"default": 1}
+    assert len(store.claim("w0", ["default"], 1, clock.now(), limits)) == 1
+    store.submit_many([NewTaskFactory(global_scope=True, queue="other") for _ in range(5)], None)
+    text, params, leading = sql_claim._limited_claim_sql("w1", None, 10, clock.now(), limits)
+    *before, claim = text.split(";\n")
+    assert len(before) == leading
+    values_of = [[params[0]], [params[1]]] + [[]] * (len(before) - 2)
+    with transaction.atomic(), connection.cursor() as cursor:
+        for statement, values in zip(before, values_of, strict=True):
+            cursor.execute(statement, values)
+        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT TEXT) {claim}", params[2:])
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        transaction.set_rollback(True)
+    assert re.search(r"Update on .*rows=5 loops=1", plan), plan
+    removed = [int(n) for n in re.findall(r"Rows Removed by Filter: (\d+)", plan)]
+    assert max(removed, default=0) < 10, plan
+    assert "Index Scan using workers_task_pending_queue" in plan, plan

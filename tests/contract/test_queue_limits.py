@@ -58,6 +58,34 @@ def test_a_full_queue_leaves_the_others_claimable(tx_store: WorkerStore) -> None
     assert running.queue == "one"
 
 
+def test_a_nearly_full_queue_gives_its_room_and_the_others_fill_the_claim(
+    tx_store: WorkerStore,
+) -> None:
+    queue_up(tx_store, {"three": 5})
+    assert len(tx_store.claim("w1", ["three"], 2, clock.now(), LIMITS)) == 2
+    queue_up(tx_store, {"free": 3})  # behind the rest of "three" in claim order
+    claimed = tx_store.claim("w2", None, 3, clock.now(), LIMITS)
+    assert queues_of(claimed) == {"three": 1, "free": 2}
+
+
+def test_a_large_limit_nearly_reached_gives_its_room_and_the_others_fill_the_claim(
+    tx_store: WorkerStore,
+) -> None:
+    limits = {"big": 12}  # above the claims' size: only the runs make it cramped
+    queue_up(tx_store, {"big": 15})
+    assert len(tx_store.claim("w1", None, 10, clock.now(), limits)) == 10
+    queue_up(tx_store, {"free": 3})
+    claimed = tx_store.claim("w2", None, 5, clock.now(), limits)
+    assert queues_of(claimed) == {"big": 2, "free": 3}
+
+
+def test_a_full_queue_served_alone_gives_nothing(tx_store: WorkerStore) -> None:
+    queue_up(tx_store, {"one": 3})
+    assert len(tx_store.claim("w1", ["one"], 5, clock.now(), LIMITS)) == 1
+    assert tx_store.claim("w2", ["one"], 5, clock.now(), LIMITS) == []
+    assert tx_store.claim("w2", ["one", "free"], 5, clock.now(), LIMITS) == []
+
+
 def test_a_refill_counts_the_runs_it_ends(tx_store: WorkerStore) -> None:
     queue_up(tx_store, {"three": 5, "one": 2})
     claimed = tx_store.claim("w1", None, 10, clock.now(), LIMITS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -37,10 +38,21 @@ def definition(name: str) -> str:
 @pytest.mark.django_db
 def test_the_claim_indexes_hold_pending_rows_where_the_database_allows() -> None:
     found = indexes()
+    # PostgreSQL never bounds a scan of a partial index by what its condition implies,
+    # so there the index of a queue's rows leads with the queue.
+    by_queue = ["queue", "priority", "created_at", "id"]
+    if connection.vendor != "postgresql":
+        by_queue.insert(0, "status")
+
+    # PostgreSQL also keeps run_after in it (INCLUDE), so an owner's read needs no row.
+    by_owner = ["queue", "owner", "priority", "created_at", "id", "run_after"]
+    if connection.vendor != "postgresql":
+        by_owner = ["status", *by_owner[:-1]]
 
     for name, columns in [
         ("workers_task_pending", ["status", "priority", "created_at", "id"]),
-        ("workers_task_pending_queue", ["status", "queue", "priority", "created_at", "id"]),
+        ("workers_task_pending_queue", by_queue),
+        ("workers_task_pending_owner", by_owner),
     ]:
         assert found[name]["columns"] == columns
         partial = "WHERE" in definition(name).upper()
@@ -155,6 +167,17 @@ def test_the_migration_goes_back_and_forth() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_queue_index_migration_goes_back_and_forth() -> None:
+    leading = "queue" if connection.vendor == "postgresql" else "status"
+    try:
+        call_command("migrate", "django_workers", "0016", verbosity=0)
+        assert indexes()["workers_task_pending_queue"]["columns"][0] == "status"
+    finally:
+        call_command("migrate", "django_workers", verbosity=0)
+    assert indexes()["workers_task_pending_queue"]["columns"][0] == leading
+
+
+@pytest.mark.django_db(transaction=True)
 def test_the_history_index_migration_goes_back_and_forth() -> None:
     try:
         call_command("migrate", "django_workers", "0007", verbosity=0)
@@ -163,3 +186,34 @@ def test_the_history_index_migration_goes_back_and_forth() -> None:
     finally:
         call_command("migrate", "django_workers", verbosity=0)
     assert {"workers_task_owner_list", "workers_task_ended", "workers_task_nodes"} <= set(indexes())
+
+
+@pytest.mark.django_db
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's planner, bound parameters")
+def test_sqlite_reads_each_queue_by_index_behind_a_full_queue() -> None:
+    store = DatabaseWorkerStore()
+    store.submit_many([NewTaskFactory(queue="busy") for _ in range(20)], "alice")
+    store.submit_many([NewTaskFactory(queue="idle") for _ in range(3)], "alice")
+    limits = {"busy": 1}
+    assert len(store.claim("w0", ["busy"], 1, clock.now(), limits)) == 1
+    seen: list[tuple[str, Any]] = []
+
+    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        claimed = store.claim("w1", None, 10, clock.now(), limits)
+    assert [info.queue for info in claimed] == ["idle"] * 3
+    plans = []
+    for sql, params in seen:
+        if "min(queue)" in sql or "AS ready_0" in sql:
+            with connection.cursor() as cursor:
+                cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params)
+                plans += [str(row[-1]) for row in cursor.fetchall()]
+    text = "\n".join(plans)
+    # The queues with pending rows, one probe each (of either index that leads with the
+    # status and the queue); then each queue's own first rows.
+    assert re.search(r"workers_task_pending_(queue|owner) \(status=\? AND queue>\?\)", text), text
+    assert "workers_task_pending_queue (status=? AND queue=?)" in text, text
+    assert "SCAN django_workers_taskrecord" not in text, text

@@ -15,6 +15,8 @@ CALL_HOLES = {
     "columns": "id",
     "assignments": "state = %s",
     "owner": "owner = %s",
+    "served": "SELECT %s::text AS name",
+    "queues": "SELECT 1",
     "n": "0",
 }
 

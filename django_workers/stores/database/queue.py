@@ -84,17 +84,25 @@ class DatabaseRunQueue(DatabaseAccess):
         fair: Mapping[str, int | None],
     ) -> list[TaskInfo]:
         """``claim`` on SQLite and MariaDB, and of limited or fair queues (the writer lock held)."""
-        if not sql.any_ready(connections[self.using], queues, now):
-            # A plain read first: an idle poll takes no lock and writes nothing (and on
-            # SQLite does not take its one write lock).
+        connection = connections[self.using]
+        one_round_trip = self.vendor == "postgresql" and not fair and self._autocommit()
+        # A plain read first: an idle poll takes no lock and writes nothing (and on
+        # SQLite does not take its one write lock). Before PostgreSQL's limited claim
+        # it also tells whether a limited queue has less room than the claim, which
+        # picks the shape of the claim's statement.
+        if one_round_trip:
+            ready, cramped = sql.ready_within_limits(connection, queues, limit, now, limits)
+        else:
+            ready, cramped = sql.any_ready(connection, queues, now), False
+        if not ready:
             return []
         if self.vendor == "sqlite" and not limits and not fair:
             with self._atomic():
-                found = sql.claim_sqlite(connections[self.using], worker_id, queues, limit, now)
+                found = sql.claim_sqlite(connection, worker_id, queues, limit, now)
             return _claimed(found)
-        if self.vendor == "postgresql" and not fair and self._autocommit():
+        if one_round_trip:
             claimed_rows = sql.claim_limited_postgres(
-                connections[self.using], (worker_id, queues, limit, now), limits
+                connection, (worker_id, queues, limit, now), limits, cramped=cramped
             )
             if claimed_rows is not None:
                 return _claimed(claimed_rows)
@@ -104,18 +112,16 @@ class DatabaseRunQueue(DatabaseAccess):
             # Stamped after the queue locks: a sequential queue's next run starts after
             # the previous one's end was written.
             now = max(now, clock.now())
-            ready = self._records().ready(list(queues) if queues else None, now)
-            full = [name for name, slots in free.items() if slots <= 0]
-            if full or fair:
-                ready = ready.exclude(queue__in=[*full, *fair])
-            if connections[self.using].features.has_select_for_update_skip_locked:
-                ready = ready.select_for_update(skip_locked=True)
-            candidates: list[Any] = list(
-                ready.values("id", "queue", "priority", "created_at")[:limit]
-            )
             if fair:
-                candidates = self._with_fair_queues(candidates, fair, free, limit, now)
-            ids = _within_limits([(c["id"], c["queue"]) for c in candidates], free)[:limit]
+                candidates = self._with_fair_queues(queues, limit, now, free, fair)
+            elif any(slots < limit for slots in free.values()):
+                candidates = self._ready_by_queue(queues, limit, now, free)
+            else:
+                pending = self._records().ready(list(queues) if queues else None, now)
+                if connections[self.using].features.has_select_for_update_skip_locked:
+                    pending = pending.select_for_update(skip_locked=True)
+                candidates = list(pending.values_list("id", "queue")[:limit])
+            ids = _within_limits(candidates, free)[:limit]
             if not ids:
                 return []
             self._records().filter(pk__in=ids, status=TaskStatus.PENDING).update(
@@ -139,23 +145,56 @@ class DatabaseRunQueue(DatabaseAccess):
 
     def _with_fair_queues(
         self,
-        candidates: list[dict[str, Any]],
-        fair: Mapping[str, int | None],
-        free: Mapping[str, int],
+        queues: Sequence[str] | None,
         limit: int,
         now: datetime,
-    ) -> list[Any]:
-        """The other queues' ``candidates`` merged with each fair queue's, taken in turns."""
+        free: Mapping[str, int],
+        fair: Mapping[str, int | None],
+    ) -> list[tuple[str, str]]:
+        """The other queues' first ready rows merged with each fair queue's, taken in turns.
+
+        The other queues' rows are read as ``_ready_by_queue`` reads them (each queue
+        from its own index range, no more than its room), so a fair queue's backlog
+        is never read past.
+        """
+        connection = connections[self.using]
+        served = list(queues) if queues else sql.pending_queues(connection)
+        rooms = [(q, min(limit, free.get(q, limit))) for q in served if q not in fair]
+        ordinary = sql.ready_in_queues(connection, [(q, n) for q, n in rooms if n > 0], limit, now)
+        keys = self._records().filter(pk__in=[i for i, _ in ordinary])
+        rows_of = {r["id"]: r for r in keys.values("id", "queue", "priority", "created_at")}
         picks = []
         for queue, per_owner in sorted(fair.items()):
             slots = min(limit, free.get(queue, limit))
             if slots <= 0:
                 continue
-            found, running = sql.fair_candidates(
-                connections[self.using], queue, now, slots, per_owner
-            )
+            found, running = sql.fair_candidates(connection, queue, now, slots, per_owner)
             picks.append(fair_pick(found, running, slots, per_owner))
-        return merged(candidates, picks)
+        chosen = merged([rows_of[i] for i, _ in ordinary if i in rows_of], picks)
+        return [(row["id"], row["queue"]) for row in chosen]
+
+    def _ready_by_queue(
+        self, queues: Sequence[str] | None, limit: int, now: datetime, free: Mapping[str, int]
+    ) -> list[tuple[str, str]]:
+        """The first ``limit`` ready rows in claim order, each queue's no more than its room.
+
+        For a claim where a limited queue has less room than the claim (full, or
+        nearly): read in claim order across queues, the rows of that queue would be
+        read past one by one, its whole backlog. Each queue served gives instead its
+        first rows from the index of PENDING rows by queue, then the claim keeps the
+        first of them and locks those (skipping rows another claimer holds).
+        """
+        connection = connections[self.using]
+        served = list(queues) if queues else sql.pending_queues(connection)
+        rooms = [(q, min(limit, free.get(q, limit))) for q in served]
+        chosen = sql.ready_in_queues(connection, [(q, n) for q, n in rooms if n > 0], limit, now)
+        if chosen and connection.features.has_select_for_update_skip_locked:
+            pending = self._records().filter(
+                pk__in=[i for i, _ in chosen], status=TaskStatus.PENDING
+            )
+            locked = set(pending.select_for_update(skip_locked=True).values_list("id", flat=True))
+            chosen = [(i, queue) for i, queue in chosen if i in locked]
+        return chosen
 
     def _make_queue_locks(self, limits: Sequence[str]) -> None:
         """Create the lock rows of limited queues that have none, before the claim's transaction.

@@ -35,6 +35,9 @@ from django_workers.stores.sql.claim import (
     claim_postgres,
     claim_sqlite,
     fair_candidates,
+    pending_queues,
+    ready_in_queues,
+    ready_within_limits,
 )
 from django_workers.stores.sql.columns import DATETIME_COLUMNS, JSON_COLUMNS
 from django_workers.stores.sql.cursor import kept_cursor, kept_fetch, psycopg_client_cursor
@@ -91,9 +94,12 @@ __all__ = [
     "kept_fetch",
     "list_records",
     "lock_and_finish_postgres",
+    "pending_queues",
     "psycopg_client_cursor",
     "read_record",
     "read_workflows",
+    "ready_in_queues",
+    "ready_within_limits",
     "rollback_postgres",
     "save_workflow_postgres",
 ]

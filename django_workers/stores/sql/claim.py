@@ -43,6 +43,38 @@ def any_ready(connection: BaseDatabaseWrapper, queues: Sequence[str] | None, now
         return cursor.fetchone() is not None
 
 
+def pending_queues(connection: BaseDatabaseWrapper) -> list[str]:
+    """The queues with a PENDING row, in name order: one index probe for each."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            statement(connection.vendor, "pending_queues"), [TaskStatus.PENDING.value] * 2
+        )
+        return [name for (name,) in cursor.fetchall()]
+
+
+def ready_in_queues(
+    connection: BaseDatabaseWrapper, rooms: Sequence[tuple[str, int]], limit: int, now: datetime
+) -> list[tuple[str, str]]:
+    """The first ``limit`` ready rows (id, queue) in claim order, no queue past its room.
+
+    ``rooms``: (queue, most rows) for each queue served; one read, each queue's rows
+    from its own part of the index of PENDING rows. Nothing is locked.
+    """
+    if not rooms:
+        return []
+    vendor = connection.vendor
+    parts = " UNION ALL ".join(
+        statement(vendor, "ready_in_queue", n=str(n)) for n in range(len(rooms))
+    )
+    at = connection.ops.adapt_datetimefield_value(now)
+    params: list[Any] = []
+    for queue, room in rooms:
+        params += [TaskStatus.PENDING.value, queue, at, room]
+    with connection.cursor() as cursor:
+        cursor.execute(statement(vendor, "ready_in_queues", queues=parts), [*params, limit])
+        return [(task_id, queue) for task_id, queue in cursor.fetchall()]
+
+
 def _in_queues(queues: Sequence[str] | None) -> str:
     """The condition on the queue as an IN list, one placeholder a queue."""
     return f" AND queue IN ({', '.join(['%s'] * len(queues))})" if queues else ""
@@ -105,16 +137,21 @@ def claim_sqlite(
 
 
 def claim_limited_postgres(
-    connection: BaseDatabaseWrapper, claim: ClaimArgs, limits: Mapping[str, int]
+    connection: BaseDatabaseWrapper,
+    claim: ClaimArgs,
+    limits: Mapping[str, int],
+    *,
+    cramped: bool = False,
 ) -> list[GrantedTaskRow] | None:
     """Claim with per-queue concurrency limits (``limits``: queue -> most RUNNING): one round trip.
 
     For a connection in autocommit; ``own_commit`` and the statements of
-    ``_limited_claim_sql`` go as one simple query, one transaction. Returns the
-    claimed rows, or None where the cursor binds parameters on the server (one
-    statement a call; nothing is sent).
+    ``_limited_claim_sql`` go as one simple query, one transaction. ``cramped``:
+    a limited queue was seen with less room than the claim (``ready_within_limits``).
+    Returns the claimed rows, or None where the cursor binds parameters on the
+    server (one statement a call; nothing is sent).
     """
-    sql, params, leading = _limited_claim_sql(*claim, limits)
+    sql, params, leading = _limited_claim_sql(*claim, limits, cramped=cramped)
     with _statements_cursor(connection) as cursor:
         if cursor is None:
             return None
@@ -124,27 +161,71 @@ def claim_limited_postgres(
         return _records(cursor.fetchall())
 
 
+def ready_within_limits(
+    connection: BaseDatabaseWrapper,
+    queues: Sequence[str] | None,
+    limit: int,
+    now: datetime,
+    limits: Mapping[str, int],
+) -> tuple[bool, bool]:
+    """Whether a task is ready, and whether a limited queue has less room than ``limit``.
+
+    One read on PostgreSQL, without the queues' locks: the second answer only picks
+    the shape of the claim's statement (``_limited_claim_sql``'s ``cramped``); each
+    shape takes no more than the room it counts under the locks. Where a limit is
+    below ``limit`` the answer is known: the read is ``any_ready``'s.
+    """
+    if _cramped(limit, limits):
+        return any_ready(connection, queues, now), True
+    names = sorted(limits)
+    ready = statement(_PG, "ready_within_limits", queue_filter=_in_queues(queues))
+    params: list[Any] = [
+        TaskStatus.PENDING.value,
+        now,
+        *(queues or ()),
+        names,
+        [limits[name] for name in names],
+        TaskStatus.RUNNING.value,
+        limit,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(ready, params)
+        found, cramped = cursor.fetchone()
+        return bool(found), bool(cramped)
+
+
+def _cramped(limit: int, limits: Mapping[str, int]) -> bool:
+    """Whether a limited queue has less room than the claim whatever runs: a limit below it."""
+    return any(most < limit for most in limits.values())
+
+
 def _limited_claim_sql(
     worker_id: str,
     queues: Sequence[str] | None,
     limit: int,
     now: datetime,
     limits: Mapping[str, int],
+    *,
+    cramped: bool = False,
 ) -> tuple[str, list[Any], int]:
     """A claim within queue limits: its statements, their parameters, the results before its own.
 
     First the limited queues' lock rows are made if missing and locked in name
     order, as every claimer of those queues takes them (the ORM's claim too).
     Then JIT and, for every queue or one, sorting are turned off for the
-    transaction, and the claim runs as a statement of its own (``limited_claim``).
+    transaction, and the claim runs as a statement of its own: ``limited_claim``,
+    in claim order; or, where a limited queue may have less room than the claim
+    (``cramped``, or a limit below the claim's), ``limited_claim_by_queue``, which
+    reads each served queue's first rows instead of walking past a full queue's
+    backlog.
     """
     names = sorted(limits)
-    sent = [
+    by_queue = cramped or _cramped(limit, limits)
+    leading = [
         statement(_PG, "make_queue_locks"),
         statement(_PG, "lock_queues"),
         statement(_PG, "no_jit"),
         *_ordered_claim(queues),
-        statement(_PG, "limited_claim", queue_filter=_queue_filter(queues)),
     ]
     params: list[Any] = [
         names,
@@ -154,15 +235,33 @@ def _limited_claim_sql(
         names,
         names,
         [limits[name] for name in names],
-        TaskStatus.RUNNING.value,
-        worker_id,
-        now,
-        TaskStatus.PENDING.value,
-        now,
-        *_queue_params(queues),
-        limit,
     ]
-    return ";\n".join(sent), params, len(sent) - 1
+    if by_queue:
+        claim = statement(_PG, "limited_claim_by_queue", served=_served(queues))
+        params += [
+            TaskStatus.PENDING.value,
+            TaskStatus.PENDING.value,
+            TaskStatus.RUNNING.value,
+            worker_id,
+            now,
+            *_queue_params(queues),
+            TaskStatus.PENDING.value,
+            now,
+            limit,
+            limit,
+        ]
+    else:
+        claim = statement(_PG, "limited_claim", queue_filter=_queue_filter(queues))
+        params += [
+            TaskStatus.RUNNING.value,
+            worker_id,
+            now,
+            TaskStatus.PENDING.value,
+            now,
+            *_queue_params(queues),
+            limit,
+        ]
+    return ";\n".join([*leading, claim]), params, len(leading)
 
 
 def _claim_sql(
@@ -215,6 +314,17 @@ def _queue_params(queues: Sequence[str] | None) -> list[Any]:
     if not queues:
         return []
     return [queues[0] if len(queues) == 1 else list(queues)]
+
+
+def _served(queues: Sequence[str] | None) -> str:
+    """The queues a limited claim serves, as a one-column table ``name``.
+
+    Every queue: those with a PENDING row (the statement's ``pending_queues``); one
+    or several: those given (``_queue_params``'s parameter).
+    """
+    if not queues:
+        return "SELECT name FROM pending_queues WHERE name IS NOT NULL"
+    return "SELECT %s::text AS name" if len(queues) == 1 else "SELECT unnest(%s::text[]) AS name"
 
 
 def _ordered_claim(queues: Sequence[str] | None) -> list[str]:

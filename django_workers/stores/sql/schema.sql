@@ -75,8 +75,8 @@ CREATE INDEX workers_task_ended ON django_workers_taskrecord USING btree (status
 CREATE INDEX workers_task_nodes ON django_workers_taskrecord USING btree (workflow) WHERE (workflow IS NOT NULL);
 CREATE INDEX workers_task_owner_list ON django_workers_taskrecord USING btree (owner, created_at DESC) WHERE (owner IS NOT NULL);
 CREATE INDEX workers_task_pending ON django_workers_taskrecord USING btree (status, priority DESC, created_at, id) WHERE ((status)::text = 'PENDING'::text);
-CREATE INDEX workers_task_pending_owner ON django_workers_taskrecord USING btree (status, queue, owner, priority DESC, created_at, id) INCLUDE (run_after) WHERE ((status)::text = 'PENDING'::text);
-CREATE INDEX workers_task_pending_queue ON django_workers_taskrecord USING btree (status, queue, priority DESC, created_at, id) WHERE ((status)::text = 'PENDING'::text);
+CREATE INDEX workers_task_pending_owner ON django_workers_taskrecord USING btree (queue, owner, priority DESC, created_at, id) INCLUDE (run_after) WHERE ((status)::text = 'PENDING'::text);
+CREATE INDEX workers_task_pending_queue ON django_workers_taskrecord USING btree (queue, priority DESC, created_at, id) WHERE ((status)::text = 'PENDING'::text);
 CREATE INDEX workers_task_running ON django_workers_taskrecord USING btree (status, queue) WHERE ((status)::text = 'RUNNING'::text);
 
 CREATE TABLE django_workers_taskwatcher (

@@ -150,6 +150,77 @@ LEFT JOIN free ON free.name = ready.queue
 WHERE t.id = ready.id AND (free.name IS NULL OR ready.place <= free.slots)
 RETURNING {record_select}
 
+-- name: limited_claim_by_queue
+-- The limited claim once a limited queue served may have less room than the
+-- claim (full, or nearly): limited_claim's walk in claim order would read past
+-- that queue's backlog row by row (30 ms at 100,000 pending behind a full
+-- queue). Instead each queue served locks its first rows, no more than its
+-- room, from the index of PENDING rows by queue, and the claim keeps the first
+-- of those in claim order (the others' locks end with the claim's
+-- transaction); its cost follows the number of queues, not of rows. The
+-- queue's bounds are written as a range and its rows ordered by queue first,
+-- an order only that index has: with the statistics of a table of one queue,
+-- the planner otherwise read that queue's rows out of the index in claim
+-- order. The queues served are the given ones, or, for every queue, those
+-- with a PENDING row ("pending_queues": one index probe a queue). Locks,
+-- counts and start time as in limited_claim. {served}: the queues served as
+-- a one-column table "name" (see claim.py).
+WITH RECURSIVE busy AS (
+    SELECT queue FROM django_workers_taskrecord WHERE status = %s AND queue = ANY(%s)
+    UNION ALL
+    SELECT queue FROM django_workers_heldslot WHERE queue = ANY(%s)
+), free AS (
+    SELECT l.name, l.slots - (SELECT count(*) FROM busy b WHERE b.queue = l.name) AS slots
+    FROM unnest(%s::text[], %s::integer[]) AS l(name, slots)
+), pending_queues AS (
+    SELECT min(queue) AS name FROM django_workers_taskrecord WHERE status = %s
+    UNION ALL
+    SELECT (
+        SELECT min(queue) FROM django_workers_taskrecord WHERE status = %s AND queue > p.name
+    )
+    FROM pending_queues p WHERE p.name IS NOT NULL
+)
+UPDATE django_workers_taskrecord AS t
+SET status = %s, worker_id = %s,
+    started_at = COALESCE(t.started_at, GREATEST(
+        %s::timestamptz + (clock_timestamp() - statement_timestamp()), t.created_at
+    )),
+    attempts = t.attempts + 1
+FROM (
+    SELECT r.id FROM ({served}) AS q
+    CROSS JOIN LATERAL (
+        SELECT id, priority, created_at FROM django_workers_taskrecord
+        WHERE status = %s AND queue >= q.name AND queue <= q.name
+            AND (run_after IS NULL OR run_after <= %s)
+        ORDER BY queue, priority DESC, created_at, id
+        LIMIT GREATEST(0, LEAST(%s, (SELECT f.slots FROM free f WHERE f.name = q.name)))
+        FOR UPDATE SKIP LOCKED
+    ) AS r
+    ORDER BY r.priority DESC, r.created_at, r.id
+    LIMIT %s
+) AS ready
+WHERE t.id = ready.id
+RETURNING {record_select}
+
+-- name: ready_within_limits
+-- Before a limited claim of limits larger than the claim: whether a task is
+-- ready (as any_ready), and whether a limited queue served has less room than
+-- the claim, read without its lock. It only picks the claim's statement
+-- (limited_claim_by_queue if so): either one takes no more than the room it
+-- counts under the lock. {queue_filter} as in any_ready.
+SELECT EXISTS (
+    SELECT 1 FROM django_workers_taskrecord
+    WHERE status = %s AND (run_after IS NULL OR run_after <= %s){queue_filter}
+    ORDER BY priority DESC, created_at, id
+    LIMIT 1
+), EXISTS (
+    SELECT FROM unnest(%s::text[], %s::integer[]) AS l(name, slots)
+    WHERE l.slots
+        - (SELECT count(*) FROM django_workers_taskrecord WHERE status = %s AND queue = l.name)
+        - (SELECT count(*) FROM django_workers_heldslot WHERE queue = l.name)
+        < %s
+)
+
 -- name: end_runs
 -- Write runs' ends, given as one JSON array of objects, each fenced on its run
 -- id, worker and RUNNING status; the (task id, run id) of every record ended.
