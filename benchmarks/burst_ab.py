@@ -52,6 +52,8 @@ def environment(checkout: Path, db: str, name: str) -> dict[str, str]:
         env["DATABASE_URL"] = f"{PG_SERVER}/bench_burst_{name}"
     else:
         env.pop("DATABASE_URL", None)
+        # The SQLite file lives in the checkout's results folder, which git does not keep.
+        (checkout / "benchmarks" / "results").mkdir(exist_ok=True)
     return env
 
 
