@@ -20,9 +20,10 @@ import django_workers.models
 #: p_own_commit: the claim is a transaction of its own, whose commit need not wait
 #: for the disk (as ``django_workers_claim_records``).
 #:
-#: The fair queues' lock rows are made if missing and taken first, in name order, so
-#: their claimers take turns and each counts what the one before it claimed. Then the
-#: candidates, each read a plain index range: of the other queues served (found by a
+#: The lock rows of the fair queues with a per-owner cap are made if missing and
+#: taken first, in name order, so their claimers take turns and each counts what the
+#: one before it claimed. Then the candidates, each read a plain index range that
+#: skips rows another claimer holds: of the other queues served (found by a
 #: loose scan of the PENDING queue index), each queue's first ``p_limit`` tasks in
 #: claim order; of each fair queue, its global tasks as one owner and then each owner
 #: (a loose scan of the PENDING owner index), the owner's first tasks, each with its
@@ -58,8 +59,16 @@ BEGIN
     IF p_own_commit THEN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
-    INSERT INTO django_workers_queuelock (name) SELECT unnest(p_fair) ON CONFLICT DO NOTHING;
-    PERFORM 1 FROM django_workers_queuelock WHERE name = ANY(p_fair) ORDER BY name FOR UPDATE;
+    -- A per-owner cap counts what the claimer before took: claimers of a capped queue
+    -- take turns on its lock row. Elsewhere each read skips rows another claim holds.
+    INSERT INTO django_workers_queuelock (name)
+    SELECT c.q FROM unnest(p_fair, p_per_owner) AS c (q, cap) WHERE c.cap IS NOT NULL
+    ON CONFLICT DO NOTHING;
+    PERFORM 1 FROM django_workers_queuelock
+    WHERE name IN (
+        SELECT c.q FROM unnest(p_fair, p_per_owner) AS c (q, cap) WHERE c.cap IS NOT NULL
+    )
+    ORDER BY name FOR UPDATE;
 
     -- The other queues' first tasks, a queue at a time, each read with the next queue.
     IF p_queues IS NULL THEN
@@ -82,6 +91,7 @@ BEGIN
                     AND (r.run_after IS NULL OR r.run_after <= p_now)
                 ORDER BY r.priority DESC, r.created_at, r.id
                 LIMIT p_limit
+                FOR UPDATE SKIP LOCKED
             ) x;
             v_next := v_queue;
         END IF;
@@ -129,6 +139,7 @@ BEGIN
                             AND (r.run_after IS NULL OR r.run_after <= p_now)
                         ORDER BY r.priority DESC, r.created_at, r.id
                         LIMIT v_take
+                        FOR UPDATE SKIP LOCKED
                     ) y
                 ) x;
             ELSE
@@ -151,6 +162,7 @@ BEGIN
                             AND (r.run_after IS NULL OR r.run_after <= p_now)
                         ORDER BY r.priority DESC, r.created_at, r.id
                         LIMIT v_take
+                        FOR UPDATE SKIP LOCKED
                     ) y
                 ) x;
             END IF;

@@ -204,8 +204,16 @@ BEGIN
     IF p_own_commit THEN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
-    INSERT INTO django_workers_queuelock (name) SELECT unnest(p_fair) ON CONFLICT DO NOTHING;
-    PERFORM 1 FROM django_workers_queuelock WHERE name = ANY(p_fair) ORDER BY name FOR UPDATE;
+    -- A per-owner cap counts what the claimer before took: claimers of a capped queue
+    -- take turns on its lock row. Elsewhere each read skips rows another claim holds.
+    INSERT INTO django_workers_queuelock (name)
+    SELECT c.q FROM unnest(p_fair, p_per_owner) AS c (q, cap) WHERE c.cap IS NOT NULL
+    ON CONFLICT DO NOTHING;
+    PERFORM 1 FROM django_workers_queuelock
+    WHERE name IN (
+        SELECT c.q FROM unnest(p_fair, p_per_owner) AS c (q, cap) WHERE c.cap IS NOT NULL
+    )
+    ORDER BY name FOR UPDATE;
 
     -- The other queues' first tasks, a queue at a time, each read with the next queue.
     IF p_queues IS NULL THEN
@@ -228,6 +236,7 @@ BEGIN
                     AND (r.run_after IS NULL OR r.run_after <= p_now)
                 ORDER BY r.priority DESC, r.created_at, r.id
                 LIMIT p_limit
+                FOR UPDATE SKIP LOCKED
             ) x;
             v_next := v_queue;
         END IF;
@@ -275,6 +284,7 @@ BEGIN
                             AND (r.run_after IS NULL OR r.run_after <= p_now)
                         ORDER BY r.priority DESC, r.created_at, r.id
                         LIMIT v_take
+                        FOR UPDATE SKIP LOCKED
                     ) y
                 ) x;
             ELSE
@@ -297,6 +307,7 @@ BEGIN
                             AND (r.run_after IS NULL OR r.run_after <= p_now)
                         ORDER BY r.priority DESC, r.created_at, r.id
                         LIMIT v_take
+                        FOR UPDATE SKIP LOCKED
                     ) y
                 ) x;
             END IF;
