@@ -30,3 +30,27 @@ def database_from_env(variable: str = "DATABASE_URL") -> dict[str, Any]:
             "timeout": 20,
         }
     return db
+
+
+def configure_site(url: str, name: str, workers: dict[str, Any] | None = None) -> None:
+    """Settings of a minimal site on the database ``url``, for a benchmark run as a script.
+
+    Its worker subprocesses build the same ones. The database takes this module's
+    options; the tasks live in ``benchmarks``, no installed app; ``workers`` adds
+    to ``DJANGO_WORKERS``.
+    """
+    import django
+    from django.conf import settings
+
+    os.environ["DATABASE_URL"] = url
+    settings.configure(
+        SECRET_KEY=name,
+        USE_TZ=True,
+        TIME_ZONE="UTC",
+        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_workers"],
+        DATABASES={"default": database_from_env()},
+        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+        DJANGO_WORKERS={"TASK_MODULES": ["benchmarks"], **(workers or {})},
+        LOGGING_CONFIG=None,
+    )
+    django.setup()

@@ -50,26 +50,9 @@ def database_url(db: str, workdir: Path) -> str:
 
 
 def configure_django(url: str, fair: bool) -> None:
-    import django
-    from django.conf import settings
+    from benchmarks.dbconfig import configure_site
 
-    from benchmarks.dbconfig import database_from_env
-
-    os.environ["DATABASE_URL"] = url  # the options the other benchmarks use
-    settings.configure(
-        SECRET_KEY="fair-bench",
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_workers"],
-        DATABASES={"default": database_from_env()},
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        DJANGO_WORKERS={
-            "TASK_MODULES": ["benchmarks"],
-            **({"QUEUES": {"default": {"fair": True}}} if fair else {}),
-        },
-        LOGGING_CONFIG=None,
-    )
-    django.setup()
+    configure_site(url, "fair-bench", {"QUEUES": {"default": {"fair": True}}} if fair else {})
 
 
 def queue_up(owner: str, count: int, prefix: str) -> None:

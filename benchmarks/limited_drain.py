@@ -50,27 +50,10 @@ def database_url(db: str, workdir: Path) -> str:
 
 
 def configure_django(url: str, limit: int) -> None:
-    import django
-    from django.conf import settings
+    from benchmarks.dbconfig import configure_site
 
-    from benchmarks.dbconfig import database_from_env
-
-    os.environ["DATABASE_URL"] = url  # the options the other benchmarks use
-    settings.configure(
-        SECRET_KEY="limited-bench",
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_workers"],
-        DATABASES={"default": database_from_env()},
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        # Its tasks live in benchmarks, no installed app.
-        DJANGO_WORKERS={
-            "TASK_MODULES": ["benchmarks"],
-            **({"QUEUES": {"default": {"concurrency": limit}}} if limit else {}),
-        },
-        LOGGING_CONFIG=None,
-    )
-    django.setup()
+    queues = {"QUEUES": {"default": {"concurrency": limit}}} if limit else {}
+    configure_site(url, "limited-bench", queues)
 
 
 def fill(count: int, history: int) -> None:

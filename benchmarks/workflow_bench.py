@@ -69,25 +69,9 @@ def database_url(db: str, workdir: Path) -> str:
 
 
 def configure_django(url: str) -> None:
-    import django
-    from django.conf import settings
+    from benchmarks.dbconfig import configure_site
 
-    from benchmarks.dbconfig import database_from_env
-
-    os.environ["DATABASE_URL"] = url  # the options the other benchmarks (and the docs) use
-    database = database_from_env()
-    settings.configure(
-        SECRET_KEY="workflow-bench",
-        USE_TZ=True,
-        TIME_ZONE="UTC",
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_workers"],
-        DATABASES={"default": database},
-        DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
-        # Its tasks live here, in no installed app.
-        DJANGO_WORKERS={"TASK_MODULES": ["benchmarks"]},
-        LOGGING_CONFIG=None,
-    )
-    django.setup()
+    configure_site(url, "workflow-bench")
 
 
 def start_worker(url: str, *args: str) -> subprocess.Popen[bytes]:
