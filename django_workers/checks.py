@@ -295,38 +295,31 @@ def _queues() -> list[CheckMessage]:
                         id="django_workers.E008",
                     )
                 )
-        limit = conf.get("concurrency")
-        if limit is not None and not (
-            isinstance(limit, int) and not isinstance(limit, bool) and 1 <= limit <= CONCURRENCY_MAX
-        ):
-            errors.append(
-                _queue_error(
-                    f"{where}['concurrency'] must be an int from 1 to {CONCURRENCY_MAX}, got "
-                    f"{limit!r}."
-                )
-            )
+        errors.extend(_queue_count(where, conf, "concurrency"))
         errors.extend(_fairness(where, conf))
     return errors
+
+
+def _queue_count(where: str, conf: dict[Any, Any], key: str) -> list[CheckMessage]:
+    """A count of running tasks in a queue's settings: absent, or an int up to CONCURRENCY_MAX."""
+    value = conf.get(key)
+    if value is None or (
+        isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= CONCURRENCY_MAX
+    ):
+        return []
+    return [
+        _queue_error(f"{where}[{key!r}] must be an int from 1 to {CONCURRENCY_MAX}, got {value!r}.")
+    ]
 
 
 def _fairness(where: str, conf: dict[Any, Any]) -> list[CheckMessage]:
     fair = conf.get("fair", False)
     if not isinstance(fair, bool):
         return [_queue_error(f"{where}['fair'] must be True or False, got {fair!r}.")]
-    per_owner = conf.get("per_owner")
-    if per_owner is None:
+    if conf.get("per_owner") is None:
         return []
-    if not (
-        isinstance(per_owner, int)
-        and not isinstance(per_owner, bool)
-        and 1 <= per_owner <= CONCURRENCY_MAX
-    ):
-        return [
-            _queue_error(
-                f"{where}['per_owner'] must be an int from 1 to {CONCURRENCY_MAX}, got "
-                f"{per_owner!r}."
-            )
-        ]
+    if count_problems := _queue_count(where, conf, "per_owner"):
+        return count_problems
     if not fair:
         return [
             _queue_error(
