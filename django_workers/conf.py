@@ -7,6 +7,7 @@ default below; the cache is dropped on ``setting_changed`` so
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -147,7 +148,8 @@ def queue_limits() -> dict[str, int]:
     }
 
 
-def fair_queues() -> dict[str, int | None]:
+@functools.cache  # asked at every claim; forgotten with the settings
+def fair_queues() -> Mapping[str, int | None]:
     """Queues claimed fairly across owners (``"fair": True``): name -> per-owner limit or None."""
     queues = workers_settings.QUEUES
     if not isinstance(queues, dict):
@@ -185,3 +187,4 @@ def _is_positive_int(value: object) -> bool:
 def _reload_workers_settings(*, setting: str, **kwargs: Any) -> None:
     if setting == "DJANGO_WORKERS":
         workers_settings.reload()
+        fair_queues.cache_clear()
