@@ -6,7 +6,7 @@ this database is the store's ``EndWriter`` (``ends``), chosen once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
@@ -158,9 +158,7 @@ class DatabaseRunQueue(DatabaseAccess):
         is never read past.
         """
         connection = connections[self.using]
-        served = list(queues) if queues else sql.pending_queues(connection)
-        rooms = [(q, min(limit, free.get(q, limit))) for q in served if q not in fair]
-        ordinary = sql.ready_in_queues(connection, [(q, n) for q, n in rooms if n > 0], limit, now)
+        ordinary = self._first_rows_by_queue(queues, limit, now, free, leave_out=fair)
         keys = self._records().filter(pk__in=[i for i, _ in ordinary])
         rows_of = {r["id"]: r for r in keys.values("id", "queue", "priority", "created_at")}
         picks = []
@@ -172,6 +170,21 @@ class DatabaseRunQueue(DatabaseAccess):
             picks.append(fair_pick(found, running, slots, per_owner))
         chosen = merged([rows_of[i] for i, _ in ordinary if i in rows_of], picks)
         return [(row["id"], row["queue"]) for row in chosen]
+
+    def _first_rows_by_queue(
+        self,
+        queues: Sequence[str] | None,
+        limit: int,
+        now: datetime,
+        free: Mapping[str, int],
+        leave_out: Collection[str] = (),
+    ) -> list[tuple[str, str]]:
+        """The first ``limit`` ready rows (id, queue) of the queues served but ``leave_out``,
+        in claim order, each queue's no more than its room; nothing locked."""
+        connection = connections[self.using]
+        served = list(queues) if queues else sql.pending_queues(connection)
+        rooms = [(q, min(limit, free.get(q, limit))) for q in served if q not in leave_out]
+        return sql.ready_in_queues(connection, [(q, n) for q, n in rooms if n > 0], limit, now)
 
     def _ready_by_queue(
         self, queues: Sequence[str] | None, limit: int, now: datetime, free: Mapping[str, int]
@@ -185,9 +198,7 @@ class DatabaseRunQueue(DatabaseAccess):
         first of them and locks those (skipping rows another claimer holds).
         """
         connection = connections[self.using]
-        served = list(queues) if queues else sql.pending_queues(connection)
-        rooms = [(q, min(limit, free.get(q, limit))) for q in served]
-        chosen = sql.ready_in_queues(connection, [(q, n) for q, n in rooms if n > 0], limit, now)
+        chosen = self._first_rows_by_queue(queues, limit, now, free)
         if chosen and connection.features.has_select_for_update_skip_locked:
             pending = self._records().filter(
                 pk__in=[i for i, _ in chosen], status=TaskStatus.PENDING
