@@ -32,17 +32,18 @@ import sys
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.drain_ab import interpreter  # noqa: E402
+
 PG_SERVER = "postgres://postgres@127.0.0.1:5432"
 PREFILL = (
     "import os, sys; sys.path.insert(0, os.getcwd()); import django; django.setup(); "
     "from django.core.management import call_command; call_command('migrate', verbosity=0); "
     "from benchmarks import driver; driver.prefill({count})"
 )
-
-
-def interpreter(checkout: Path) -> str:
-    own = checkout / ".venv" / "bin" / "python"
-    return str(own) if own.exists() else sys.executable
 
 
 def environment(checkout: Path, db: str, name: str) -> dict[str, str]:
