@@ -109,6 +109,29 @@ def test_a_deferred_task_waits_its_turn_out(tx_store: WorkerStore) -> None:
     assert owners_of(claimed) == {"alice": 3}
 
 
+def test_a_claim_is_filled_by_the_owners_that_have_more(tx_store: WorkerStore) -> None:
+    """An owner with fewer ready tasks than a fair share does not leave the claim short."""
+    later = clock.now() + timedelta(hours=1)
+    deferred = [NewTaskFactory(owner="carol", queue="shared", run_after=later) for _ in range(5)]
+    tx_store.submit_many(deferred, None)
+    queue_up(tx_store, "alice", 1)
+    queue_up(tx_store, None, 2)
+    queue_up(tx_store, "bob", 20)
+    claimed = tx_store.claim("w1", None, 10, clock.now())
+    assert owners_of(claimed) == {"alice": 1, None: 2, "bob": 7}
+
+
+def test_turns_count_running_tasks_unevenly(tx_store: WorkerStore) -> None:
+    queue_up(tx_store, "alice", 4)
+    tx_store.claim("w1", None, 4, clock.now())  # alice runs four
+    queue_up(tx_store, "bob", 10)
+    queue_up(tx_store, "carol", 10)
+    queue_up(tx_store, "alice", 10)
+    claimed = tx_store.claim("w2", None, 11, clock.now())
+    # Alice's next task has turn 5, as bob's and carol's fifth; at a tie, claim order.
+    assert owners_of(claimed) == {"bob": 5, "carol": 5, "alice": 1}
+
+
 @pytest.mark.django_db(transaction=True)
 def test_racing_claimers_of_a_fair_queue_keep_per_owner() -> None:
     """Six threads, each with its own connection, claim the capped queue at once."""

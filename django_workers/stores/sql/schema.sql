@@ -183,169 +183,163 @@ CREATE OR REPLACE FUNCTION django_workers_claim_fair(p_worker text, p_now timest
  SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    v_queue text;
-    v_next text;
-    v_owner text;
-    v_more boolean;
-    v_cap integer;
-    v_running integer;
-    v_take integer;
-    r_owner text[];
-    r_count integer[];
-    o_ids text[] := '{}';
-    o_pri integer[] := '{}';
-    o_at timestamptz[] := '{}';
-    f_ids text[] := '{}';
-    f_queue text[] := '{}';
-    f_turn integer[] := '{}';
-    f_pri integer[] := '{}';
-    f_at timestamptz[] := '{}';
+    v_left integer := p_limit;
+    v_got integer;
 BEGIN
     IF p_own_commit THEN
         PERFORM set_config('synchronous_commit', 'off', true);
     END IF;
     -- A per-owner cap counts what the claimer before took: claimers of a capped queue
     -- take turns on its lock row. Elsewhere each read skips rows another claim holds.
-    INSERT INTO django_workers_queuelock (name)
-    SELECT c.q FROM unnest(p_fair, p_per_owner) AS c (q, cap) WHERE c.cap IS NOT NULL
-    ON CONFLICT DO NOTHING;
-    PERFORM 1 FROM django_workers_queuelock
-    WHERE name IN (
+    IF EXISTS (SELECT FROM unnest(p_per_owner) AS c (cap) WHERE c.cap IS NOT NULL) THEN
+        INSERT INTO django_workers_queuelock (name)
         SELECT c.q FROM unnest(p_fair, p_per_owner) AS c (q, cap) WHERE c.cap IS NOT NULL
-    )
-    ORDER BY name FOR UPDATE;
-
-    -- The other queues' first tasks, a queue at a time, each read with the next queue.
-    IF p_queues IS NULL THEN
-        SELECT r.queue INTO v_queue FROM django_workers_taskrecord r
-        WHERE r.status = 'PENDING' ORDER BY r.queue LIMIT 1;
-    ELSE
-        SELECT min(q) INTO v_queue FROM unnest(p_queues) q WHERE q <> ALL(p_fair);
+        ON CONFLICT DO NOTHING;
+        PERFORM 1 FROM django_workers_queuelock
+        WHERE name IN (
+            SELECT c.q FROM unnest(p_fair, p_per_owner) AS c (q, cap) WHERE c.cap IS NOT NULL
+        )
+        ORDER BY name FOR UPDATE;
     END IF;
-    WHILE v_queue IS NOT NULL LOOP
-        IF v_queue = ANY(p_fair) THEN
-            v_next := v_queue;
-        ELSE
-            SELECT o_ids || array_agg(x.id), o_pri || array_agg(x.priority),
-                o_at || array_agg(x.created_at)
-            INTO o_ids, o_pri, o_at
-            FROM (
-                SELECT r.id, r.priority::integer AS priority, r.created_at
-                FROM django_workers_taskrecord r
-                WHERE r.status = 'PENDING' AND r.queue = v_queue
-                    AND (r.run_after IS NULL OR r.run_after <= p_now)
-                ORDER BY r.priority DESC, r.created_at, r.id
-                LIMIT p_limit
-                FOR UPDATE SKIP LOCKED
-            ) x;
-            v_next := v_queue;
-        END IF;
-        IF p_queues IS NULL THEN
-            SELECT r.queue INTO v_queue FROM django_workers_taskrecord r
-            WHERE r.status = 'PENDING' AND r.queue > v_next ORDER BY r.queue LIMIT 1;
-        ELSE
-            SELECT min(q) INTO v_queue FROM unnest(p_queues) q
-            WHERE q > v_next AND q <> ALL(p_fair);
-        END IF;
-    END LOOP;
-
-    -- Each fair queue's owners' first tasks with their turns: global tasks, then the
-    -- owners in owner order, each owner's tasks read with the next owner.
-    FOR i IN 1 .. coalesce(array_length(p_fair, 1), 0) LOOP
-        v_queue := p_fair[i];
-        v_cap := p_per_owner[i];
-        SELECT array_agg(r.owner), array_agg(r.n) INTO r_owner, r_count FROM (
-            SELECT owner, count(*)::integer AS n FROM django_workers_taskrecord
-            WHERE status = 'RUNNING' AND queue = v_queue GROUP BY owner
-        ) r;
-        v_owner := NULL;
-        v_more := true;
-        WHILE v_more LOOP
-            v_running := coalesce(r_count[array_position(r_owner, v_owner)], 0);
-            v_take := CASE WHEN v_cap IS NULL THEN p_limit
-                ELSE greatest(least(p_limit, v_cap - v_running), 0) END;
-            IF v_owner IS NULL THEN
-                SELECT f_ids || array_agg(x.id), f_queue || array_agg(v_queue),
-                    f_turn || array_agg(v_running + x.k), f_pri || array_agg(x.priority),
-                    f_at || array_agg(x.created_at), (
-                        SELECT r.owner FROM django_workers_taskrecord r
-                        WHERE r.status = 'PENDING' AND r.queue = v_queue
-                            AND r.owner IS NOT NULL
-                        ORDER BY r.owner LIMIT 1
-                    )
-                INTO f_ids, f_queue, f_turn, f_pri, f_at, v_next
-                FROM (
-                    SELECT y.*, row_number() OVER (
-                        ORDER BY y.priority DESC, y.created_at, y.id
-                    )::integer AS k FROM (
-                        SELECT r.id, r.priority::integer AS priority, r.created_at
-                        FROM django_workers_taskrecord r
-                        WHERE r.status = 'PENDING' AND r.queue = v_queue AND r.owner IS NULL
-                            AND (r.run_after IS NULL OR r.run_after <= p_now)
-                        ORDER BY r.priority DESC, r.created_at, r.id
-                        LIMIT v_take
-                        FOR UPDATE SKIP LOCKED
-                    ) y
-                ) x;
-            ELSE
-                SELECT f_ids || array_agg(x.id), f_queue || array_agg(v_queue),
-                    f_turn || array_agg(v_running + x.k), f_pri || array_agg(x.priority),
-                    f_at || array_agg(x.created_at), (
-                        SELECT r.owner FROM django_workers_taskrecord r
-                        WHERE r.status = 'PENDING' AND r.queue = v_queue
-                            AND r.owner > v_owner
-                        ORDER BY r.owner LIMIT 1
-                    )
-                INTO f_ids, f_queue, f_turn, f_pri, f_at, v_next
-                FROM (
-                    SELECT y.*, row_number() OVER (
-                        ORDER BY y.priority DESC, y.created_at, y.id
-                    )::integer AS k FROM (
-                        SELECT r.id, r.priority::integer AS priority, r.created_at
-                        FROM django_workers_taskrecord r
-                        WHERE r.status = 'PENDING' AND r.queue = v_queue AND r.owner = v_owner
-                            AND (r.run_after IS NULL OR r.run_after <= p_now)
-                        ORDER BY r.priority DESC, r.created_at, r.id
-                        LIMIT v_take
-                        FOR UPDATE SKIP LOCKED
-                    ) y
-                ) x;
-            END IF;
-            v_more := v_next IS NOT NULL;
-            v_owner := v_next;
-        END LOOP;
-    END LOOP;
-
-    RETURN QUERY
-    WITH turns AS (
-        SELECT f.*, row_number() OVER (
-            PARTITION BY f.queue ORDER BY f.turn, f.priority DESC, f.created_at, f.id
-        ) AS place
-        FROM unnest(f_ids, f_queue, f_turn, f_pri, f_at)
-            AS f (id, queue, turn, priority, created_at)
-    ),
-    places AS (
-        SELECT p.queue, p.priority, p.created_at, p.id, row_number() OVER (
-            PARTITION BY p.queue ORDER BY p.priority DESC, p.created_at, p.id
-        ) AS place
-        FROM turns p WHERE p.place <= p_limit
-    )
-    UPDATE django_workers_taskrecord AS t
-    SET status = 'RUNNING', worker_id = p_worker,
-        started_at = COALESCE(t.started_at, GREATEST(p_now, t.created_at)),
-        attempts = t.attempts + 1
-    WHERE t.id = ANY(ARRAY(
-        SELECT c.id FROM (
-            SELECT o.id, o.priority, o.created_at, o.id AS tiebreak
-            FROM unnest(o_ids, o_pri, o_at) AS o (id, priority, created_at)
+    LOOP
+        RETURN QUERY
+        WITH RECURSIVE pending_queues (queue) AS (
+            (SELECT r.queue FROM django_workers_taskrecord r
+             WHERE r.status = 'PENDING' AND p_queues IS NULL ORDER BY r.queue LIMIT 1)
             UNION ALL
-            SELECT u.id, p.priority, p.created_at, p.id
-            FROM turns u JOIN places p ON p.queue = u.queue AND p.place = u.place
-        ) c
-        ORDER BY c.priority DESC, c.created_at, c.tiebreak
-        LIMIT p_limit
-    )) AND t.status = 'PENDING'
-    RETURNING t.*;
+            SELECT (
+                SELECT r.queue FROM django_workers_taskrecord r
+                WHERE r.status = 'PENDING' AND r.queue > q.queue ORDER BY r.queue LIMIT 1
+            ) FROM pending_queues q WHERE q.queue IS NOT NULL
+        ),
+        ordinary (queue) AS (
+            SELECT q.queue FROM pending_queues q
+            WHERE q.queue IS NOT NULL AND q.queue <> ALL (p_fair)
+            UNION ALL
+            SELECT q FROM unnest(p_queues) AS q WHERE q <> ALL (p_fair)
+        ),
+        owners (queue, owner) AS (
+            SELECT f.q, (
+                SELECT r.owner FROM django_workers_taskrecord r
+                WHERE r.status = 'PENDING' AND r.queue = f.q AND r.owner IS NOT NULL
+                    AND (r.run_after IS NULL OR r.run_after <= p_now)
+                ORDER BY r.owner LIMIT 1
+            ) FROM unnest(p_fair) AS f (q)
+            UNION ALL
+            SELECT o.queue, (
+                SELECT r.owner FROM django_workers_taskrecord r
+                WHERE r.status = 'PENDING' AND r.queue = o.queue AND r.owner > o.owner
+                    AND (r.run_after IS NULL OR r.run_after <= p_now)
+                ORDER BY r.owner LIMIT 1
+            ) FROM owners o WHERE o.owner IS NOT NULL
+        ),
+        running (queue, owner, n) AS (
+            SELECT r.queue, r.owner, count(*)::integer FROM django_workers_taskrecord r
+            WHERE r.status = 'RUNNING' AND r.queue = ANY (p_fair) GROUP BY r.queue, r.owner
+        ),
+        groups (queue, owner, cap, n) AS (
+            SELECT g.queue, g.owner, c.cap, coalesce(u.n, 0)
+            FROM (
+                SELECT o.queue, o.owner FROM owners o WHERE o.owner IS NOT NULL
+                UNION ALL
+                SELECT f.q, NULL FROM unnest(p_fair) AS f (q) WHERE EXISTS (
+                    SELECT FROM django_workers_taskrecord r
+                    WHERE r.status = 'PENDING' AND r.queue = f.q AND r.owner IS NULL
+                        AND (r.run_after IS NULL OR r.run_after <= p_now)
+                )
+            ) g
+            JOIN unnest(p_fair, p_per_owner) AS c (queue, cap) ON c.queue = g.queue
+            LEFT JOIN running u ON u.queue = g.queue AND u.owner IS NOT DISTINCT FROM g.owner
+            WHERE c.cap IS NULL OR coalesce(u.n, 0) < c.cap
+        ),
+        -- The least T at which the turns n + 1 .. T of the owners add up to v_left:
+        -- over the owners in order of n, the j first owners reach it at
+        -- ceil((v_left + their n summed) / j), and never below the j-th one's n.
+        levels (queue, level) AS (
+            SELECT l.queue, min(greatest(l.n, ceil((v_left + l.s)::numeric / l.j)::integer))
+            FROM (
+                SELECT g.queue, g.n, sum(g.n) OVER w AS s, row_number() OVER w AS j
+                FROM groups g
+                WINDOW w AS (PARTITION BY g.queue ORDER BY g.n ROWS UNBOUNDED PRECEDING)
+            ) l
+            GROUP BY l.queue
+        ),
+        candidates AS (
+            SELECT g.queue, g.n, x.* FROM groups g JOIN levels v ON v.queue = g.queue
+            CROSS JOIN LATERAL (
+                SELECT y.*, row_number() OVER (
+                    ORDER BY y.priority DESC, y.created_at, y.id
+                )::integer AS k
+                FROM (
+                    SELECT r.id, r.priority::integer AS priority, r.created_at
+                    FROM django_workers_taskrecord r
+                    WHERE r.status = 'PENDING' AND r.queue = g.queue AND r.owner = g.owner
+                        AND (r.run_after IS NULL OR r.run_after <= p_now)
+                    ORDER BY r.priority DESC, r.created_at, r.id
+                    LIMIT least(v.level, coalesce(g.cap, v.level)) - g.n
+                    FOR UPDATE SKIP LOCKED
+                ) y
+            ) x
+            WHERE g.owner IS NOT NULL
+            UNION ALL
+            SELECT g.queue, g.n, x.* FROM groups g JOIN levels v ON v.queue = g.queue
+            CROSS JOIN LATERAL (
+                SELECT y.*, row_number() OVER (
+                    ORDER BY y.priority DESC, y.created_at, y.id
+                )::integer AS k
+                FROM (
+                    SELECT r.id, r.priority::integer AS priority, r.created_at
+                    FROM django_workers_taskrecord r
+                    WHERE r.status = 'PENDING' AND r.queue = g.queue AND r.owner IS NULL
+                        AND (r.run_after IS NULL OR r.run_after <= p_now)
+                    ORDER BY r.priority DESC, r.created_at, r.id
+                    LIMIT least(v.level, coalesce(g.cap, v.level)) - g.n
+                    FOR UPDATE SKIP LOCKED
+                ) y
+            ) x
+            WHERE g.owner IS NULL
+        ),
+        turns AS (
+            SELECT c.queue, c.id, c.priority, c.created_at, row_number() OVER (
+                PARTITION BY c.queue ORDER BY c.n + c.k, c.priority DESC, c.created_at, c.id
+            ) AS place
+            FROM candidates c
+        ),
+        places AS (
+            SELECT p.queue, p.priority, p.created_at, p.id, row_number() OVER (
+                PARTITION BY p.queue ORDER BY p.priority DESC, p.created_at, p.id
+            ) AS place
+            FROM turns p WHERE p.place <= v_left
+        )
+        UPDATE django_workers_taskrecord AS t
+        SET status = 'RUNNING', worker_id = p_worker,
+            started_at = COALESCE(t.started_at, GREATEST(p_now, t.created_at)),
+            attempts = t.attempts + 1
+        WHERE t.id = ANY (ARRAY(
+            SELECT c.id FROM (
+                SELECT x.id, x.priority::integer AS priority, x.created_at, x.id AS tiebreak
+                FROM ordinary q CROSS JOIN LATERAL (
+                    SELECT r.id, r.priority, r.created_at
+                    FROM django_workers_taskrecord r
+                    WHERE r.status = 'PENDING' AND r.queue = q.queue
+                        AND (r.run_after IS NULL OR r.run_after <= p_now)
+                    ORDER BY r.priority DESC, r.created_at, r.id
+                    LIMIT v_left FOR UPDATE SKIP LOCKED
+                ) x
+                UNION ALL
+                SELECT u.id, p.priority, p.created_at, p.id
+                FROM turns u JOIN places p ON p.queue = u.queue AND p.place = u.place
+            ) c
+            ORDER BY c.priority DESC, c.created_at, c.tiebreak
+            LIMIT v_left
+        )) AND t.status = 'PENDING'
+        RETURNING t.*;
+        GET DIAGNOSTICS v_got = ROW_COUNT;
+        v_left := v_left - v_got;
+        -- Short of p_limit: an owner had fewer ready tasks than its share, or the
+        -- rows were held; what this round took now counts as RUNNING.
+        EXIT WHEN v_got = 0 OR v_left <= 0;
+    END LOOP;
 END
 $function$;
 
