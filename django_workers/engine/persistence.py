@@ -90,6 +90,8 @@ type NodeRecords = Mapping[str, LiveNodeRow | None]
 NO_RECORDS: Final[NodeRecords] = {}
 
 _UNSTARTED: Final = (TaskStatus.WAITING, TaskStatus.PENDING)
+#: The effects that end a node's record before it runs.
+_REFUSALS: Final = (CancelWaiting, RefuseQueued)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,14 +302,13 @@ class _Answer:
         """Apply ``events`` to ``row`` in turn, gathering each one's writes; save the state once."""
         state = state_of(row)
         promote: list[str] = []
-        refused: set[str] = set()
+        refused: list[str] = []
         for event in events:
-            transition = self._apply(row, state, event)
+            transition, names = self._apply(row, state, event)
+            refused += names
             for effect in transition.effects:
                 if isinstance(effect, Promote):
-                    promote.append(effect.node)
-                elif isinstance(effect, CancelWaiting | RefuseQueued):
-                    refused.add(effect.node)
+                    promote.append(_task_id(row, effect.node))
                 elif isinstance(effect, StartUndo):
                     self.undos.append(_undo_task(row, effect.node, self.now))
                 elif isinstance(effect, StopRunning):
@@ -316,14 +317,18 @@ class _Answer:
                     # completes anyway is still compensated.
                     self.stops.append((_task_id(row, effect.node), self.cancel_reason))
             state = transition.state
+        if refused:
+            # A node promoted by one end and refused by a later one stays refused.
+            gone = {_task_id(row, name) for name in refused}
+            promote = [task_id for task_id in promote if task_id not in gone]
         fields = _columns_of(row, state, self.now)
         fields.update(cast(WorkflowColumns, extra or {}))
-        # A node promoted by one end and refused by a later one stays refused.
-        kept = tuple(_task_id(row, name) for name in promote if name not in refused)
-        self.saves.append(WorkflowSave(row["id"], fields, kept))
+        self.saves.append(WorkflowSave(row["id"], fields, tuple(promote)))
 
-    def _apply(self, row: WorkflowRow, state: WorkflowState, event: Event) -> Transition:
-        """Apply one event, gathering the ends of the nodes it refuses.
+    def _apply(
+        self, row: WorkflowRow, state: WorkflowState, event: Event
+    ) -> tuple[Transition, list[str]]:
+        """Apply one event, gathering the ends of the nodes it refuses; those nodes' names.
 
         A node the machine would refuse as queued may already be claimed by a worker
         (its record RUNNING): for the workflow it has started, so the event is applied
@@ -336,15 +341,18 @@ class _Answer:
             for name in claimed:
                 before = machine.apply(before, NodeStarted(name)).state
             transition = machine.apply(before, event)
-            ends, found = self._refuse(row, transition, reason)
+            refused = [e.node for e in transition.effects if isinstance(e, _REFUSALS)]
+            if not refused:
+                return transition, refused
+            ends, found = self._refuse(row, refused, reason)
             if not found:
                 break
             claimed += found
         self.refusals += ends
-        return transition
+        return transition, refused
 
     def _refuse(
-        self, row: WorkflowRow, transition: Transition, reason: CancelReason
+        self, row: WorkflowRow, names: Sequence[str], reason: CancelReason
     ) -> tuple[list[TaskEnd], list[str]]:
         """The ends of the refused nodes' records, and the refused nodes a worker has claimed.
 
@@ -353,10 +361,8 @@ class _Answer:
         """
         ends: list[TaskEnd] = []
         claimed: list[str] = []
-        for effect in transition.effects:
-            if not isinstance(effect, CancelWaiting | RefuseQueued):
-                continue
-            task_id = _task_id(row, effect.node)
+        for name in names:
+            task_id = _task_id(row, name)
             if task_id not in self.records:
                 self.needs[task_id] = None
                 continue
@@ -364,7 +370,7 @@ class _Answer:
             if record is None:
                 continue
             if record["status"] == TaskStatus.RUNNING:
-                claimed.append(effect.node)
+                claimed.append(name)
             elif record["status"] in _UNSTARTED:
                 ends.append(lifecycle.refuse_end(record, reason, self.now))
         return ends, claimed
