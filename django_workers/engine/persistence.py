@@ -1,29 +1,36 @@
-"""Applying the state machine to stored workflows: the one routine every store runs.
+"""The workflow engine's answer to what ended: data in, the writes a store makes out.
 
-A store calls these inside its own transaction, through a ``WorkflowBook``: the
-few row operations a store offers for it. ``react`` runs where task records
-end (``end_tasks``) and ``cancel`` is a workflow's cancel; ``pre_run`` is the
-check a worker makes, without any lock, before it starts a claimed node.
-The first two lock the workflow rows first (in id order, so two writers never
-wait on each other in a cycle),
-applies the machine to every event, carries out the effects, and writes the
-new state back, all before the store commits. A node that becomes PENDING
-does so in the transaction that ended its last dependency.
+Pure: no store, no database, no clock. A store locks the workflow rows (in id
+order, so two writers never wait on each other in a cycle), then calls one of
+these with what it read and gets back a ``WorkflowWrites``: the workflow
+columns to save, the nodes to promote, the undos to add, the records to refuse,
+the runs to ask to stop and the records to reset. It writes them in the same
+transaction, so a node that becomes PENDING does so in the transaction that
+ended its last dependency.
 
-``rerun`` sets an ended workflow running again, in the same kind of
-transaction: it locks the row, checks its state and plan hash under the lock,
-gives the nodes that run again fresh records (new run ids; their ``errors``
-kept) and writes the new state.
+``react`` answers the ends of nodes (``end_tasks``), ``cancel`` a workflow's
+cancel and ``rerun`` a re-run of an ended workflow. ``pre_run`` is the check a
+worker makes, without any lock, before it starts a claimed node.
+
+A refusal needs the record it ends (its run id and status, for the fence). The
+engine is given the node records the store has read so far; when a refusal
+needs one it was not given, its answer only lists the records it ``needs``,
+and the store reads them and asks again. A node refused as queued may have been
+claimed by a worker meanwhile (claims do not lock the workflow row): given its
+record RUNNING, the engine takes the node as started and, for a cancel, asks it
+to stop. When a refusal's fenced write loses, the store reads the refused
+records again and asks again (``stores.workflow_writes``).
 
 The rules are the machine's; this module only turns ends into events and
-effects into row writes.
+effects into writes.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol, cast
+from typing import Any, Final, cast
 
 from django_workers import lifecycle
 from django_workers.cancellation import CancelReason
@@ -39,9 +46,7 @@ from django_workers.engine import machine
 from django_workers.engine.machine import (
     CancelWaiting,
     CancelWorkflow,
-    Effect,
     Event,
-    Finished,
     NodeEnded,
     NodeStarted,
     Outcome,
@@ -49,6 +54,7 @@ from django_workers.engine.machine import (
     RefuseQueued,
     StartUndo,
     StopRunning,
+    Transition,
     UndoEnded,
     WorkflowState,
 )
@@ -66,7 +72,7 @@ from django_workers.exceptions import WorkflowCancelNarrows, WorkflowCannotRerun
 from django_workers.info import TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 
-#: The record columns the effects read before ending a node's record (a ``LiveNodeRow``).
+#: The record columns the engine reads of a node before refusing it (a ``LiveNodeRow``).
 RECORD_COLUMNS = (
     "id",
     "run_id",
@@ -78,59 +84,62 @@ RECORD_COLUMNS = (
     "cancel_reason",
 )
 
+#: Node records by task id, as a store read them; None for an id it read and did not find.
+type NodeRecords = Mapping[str, LiveNodeRow | None]
 
-class WorkflowBook(Protocol):
-    """What a store offers the workflow routine, each call inside the store's transaction."""
+NO_RECORDS: Final[NodeRecords] = {}
 
-    def lock_workflows(self, ids: Sequence[str]) -> dict[str, WorkflowRow]:
-        """Lock the rows of these workflows (in id order) and return them by id."""
-        ...
+_UNSTARTED: Final = (TaskStatus.WAITING, TaskStatus.PENDING)
+#: The effects that end a node's record before it runs.
+_REFUSALS: Final = (CancelWaiting, RefuseQueued)
 
-    def save_workflow(self, workflow_id: str, fields: WorkflowColumns) -> None:
-        """Write these columns of a locked workflow row."""
-        ...
 
-    def node_records(self, task_ids: Sequence[str]) -> list[LiveNodeRow]:
-        """The ``RECORD_COLUMNS`` of these task records (those that exist)."""
-        ...
+@dataclass(frozen=True, slots=True)
+class WorkflowSave:
+    """A workflow's new columns and the nodes it makes PENDING: written together."""
 
-    def write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
-        """Apply ends through the store's end rules, without reacting to them again."""
-        ...
+    workflow_id: str
+    columns: WorkflowColumns
+    #: Task ids of WAITING node records to make PENDING.
+    promote: tuple[str, ...] = ()
 
-    def promote(self, task_ids: Sequence[str]) -> None:
-        """Make these WAITING records PENDING in their queues."""
-        ...
 
-    def add_tasks(self, news: Sequence[NewTask]) -> None:
-        """Write these records, replacing any record under the same id."""
-        ...
+@dataclass(frozen=True, slots=True)
+class WorkflowWrites:
+    """Everything one answer of the engine asks a store to write, in one transaction.
 
-    def request_stop(self, task_ids: Sequence[str], reason: CancelReason) -> None:
-        """Ask the runs of these RUNNING records to stop (their workers set the token)."""
-        ...
+    A store writes ``resets`` first, then the ``refusals`` (fenced ends, each with
+    its reason, applied without reacting to them again), then the ``undos``, the
+    ``stops`` and, last, each workflow's ``saves`` with its promotions.
+    When ``needs`` is not empty the answer is not whole and holds nothing else:
+    the store reads those node records and asks again.
+    """
 
-    def reset_nodes(self, task_ids: Sequence[str]) -> int:
-        """Make these ended records WAITING for a new run; return how many were ended.
+    saves: tuple[WorkflowSave, ...] = ()
+    refusals: tuple[TaskEnd, ...] = ()
+    #: Undo records to write, replacing any record under the same id.
+    undos: tuple[NewTask, ...] = ()
+    #: (task id, reason): RUNNING records whose runs are asked to stop.
+    stops: tuple[tuple[str, CancelReason], ...] = ()
+    #: Ended records to make WAITING for a new run (a re-run); every one must be ended.
+    resets: tuple[str, ...] = ()
+    #: Task ids of node records to read before the engine can answer.
+    needs: tuple[str, ...] = ()
 
-        Each gets a new run id and a fresh run (attempts, result, error, times,
-        cancel reason cleared) and keeps its ``errors``.
-        """
-        ...
+    @property
+    def plain(self) -> bool:
+        """Whether the answer only saves workflows and promotes: the usual end of a node."""
+        return not (self.needs or self.refusals or self.undos or self.stops or self.resets)
+
+    @property
+    def queues_work(self) -> bool:
+        """Whether writing it makes work ready to claim (a promotion or an undo)."""
+        return bool(self.undos) or any(save.promote for save in self.saves)
 
 
 def workflows_of(ends: Iterable[TaskEnd]) -> list[str]:
     """The workflows that ``ends`` may change, in the order their rows are locked."""
     return sorted({e.workflow for e in ends if e.workflow and e.is_terminal})
-
-
-def react(book: WorkflowBook, ends: Sequence[TaskEnd], now: datetime) -> None:
-    """Apply the ends that won to their workflows (the store locked them before the ends)."""
-    events = events_of(ends)
-    rows = book.lock_workflows(sorted(events))
-    for workflow_id in sorted(events):
-        if workflow_id in rows:  # else deleted, with its nodes, by retention
-            _settle(book, rows[workflow_id], events[workflow_id], now)
 
 
 def events_of(ends: Iterable[TaskEnd]) -> dict[str, list[Event]]:
@@ -142,54 +151,49 @@ def events_of(ends: Iterable[TaskEnd]) -> dict[str, list[Event]]:
     return events
 
 
-def plain_outcome(
-    row: WorkflowRow, events: Iterable[Event], now: datetime
-) -> tuple[WorkflowColumns, list[str]] | None:
-    """The new columns of a workflow and the task ids it promotes, when that is all it does.
+def react(
+    rows: Mapping[str, WorkflowRow],
+    ends: Sequence[TaskEnd],
+    now: datetime,
+    records: NodeRecords = NO_RECORDS,
+) -> WorkflowWrites:
+    """What the ends that won write to their workflows, whose locked ``rows`` are given by id.
 
-    None when an event has any other effect (a refusal, a stop, an undo to queue):
-    those go through ``react``. Pure: a store may write the answer in one statement.
+    A workflow with no row was deleted, with its nodes, by retention: nothing is written.
     """
-    state = state_of(row)
-    promote: list[str] = []
-    for event in events:
-        transition = machine.apply(state, event)
-        for effect in transition.effects:
-            if isinstance(effect, Promote):
-                promote.append(_task_id(row, effect.node))
-            elif not isinstance(effect, Finished):
-                return None
-        state = transition.state
-    return _columns_of(row, state, now), promote
+    answer = _Answer(records, now)
+    events = events_of(ends)
+    for workflow_id in sorted(events):
+        if (row := rows.get(workflow_id)) is not None:
+            answer.settle(row, events[workflow_id])
+    return answer.writes()
 
 
 def cancel(
-    book: WorkflowBook,
-    workflow_id: str,
+    row: WorkflowRow,
     undo: bool | None,
     now: datetime,
     drop_undo: bool = False,
     reason: CancelReason = CancelReason.USER,
-) -> bool | None:
-    """Cancel a workflow; None if there is none, False if it had already ended.
+    records: NodeRecords = NO_RECORDS,
+) -> WorkflowWrites | None:
+    """What a cancel of the locked workflow ``row`` writes; None if it had already ended.
 
     ``undo=False`` after a cancel that compensates drops that compensation only
-    with ``drop_undo``; else WorkflowCancelNarrows, read under the row's lock.
-    A ``deadline`` cancel applies only to a run whose deadline has passed at
-    ``now`` and that no cancel has reached: the first cancel's reason stays.
+    with ``drop_undo``; else WorkflowCancelNarrows. A ``deadline`` cancel applies
+    only to a run whose deadline has passed at ``now`` and that no cancel has
+    reached (else None): the first cancel's reason stays.
     """
-    row = book.lock_workflows([workflow_id]).get(workflow_id)
-    if row is None:
-        return None
     if machine.WorkflowStatus(row["state"]) is not machine.WorkflowStatus.RUNNING:
-        return False
+        return None
     if reason is CancelReason.DEADLINE and not _overdue(row, now):
-        return False
+        return None
     if undo is False and row["cancel_undo"] and not drop_undo:
-        raise WorkflowCancelNarrows(workflow_id, _undoable(row))
-    first = {} if row.get("cancel_reason") else {"cancel_reason": reason.value}
-    _settle(book, row, [CancelWorkflow(undo)], now, reason, first)
-    return True
+        raise WorkflowCancelNarrows(row["id"], _undoable(row))
+    first: Mapping[str, Any] = {} if row.get("cancel_reason") else {"cancel_reason": reason.value}
+    answer = _Answer(records, now, reason)
+    answer.settle(row, [CancelWorkflow(undo)], first)
+    return answer.writes()
 
 
 def _overdue(row: Mapping[str, Any], now: datetime) -> bool:
@@ -197,40 +201,34 @@ def _overdue(row: Mapping[str, Any], now: datetime) -> bool:
     return row["cancel_undo"] is None and deadline_at is not None and deadline_at <= now
 
 
-def rerun(
-    book: WorkflowBook, workflow_id: str, plan_hash: str | None, now: datetime
-) -> bool | None:
-    """Run an ended workflow again from where it failed; None if there is none.
+def rerun(row: WorkflowRow, plan_hash: str | None, now: datetime) -> WorkflowWrites:
+    """What running the ended workflow ``row`` again from where it failed writes.
 
-    Its state and plan hash (when given) are read under the row's lock; a
-    workflow that cannot be re-run raises WorkflowCannotRerun and nothing changes.
+    Its state and plan hash (when given) are checked on the locked row; a workflow
+    that cannot be re-run raises WorkflowCannotRerun. The nodes that run again are
+    ``resets`` (new run ids; their ``errors`` kept); the store checks that each
+    was ended.
     """
-    row = book.lock_workflows([workflow_id]).get(workflow_id)
-    if row is None:
-        return None
+    workflow_id = row["id"]
     if plan_hash is not None and row["plan_hash"] != plan_hash:
         raise WorkflowCannotRerun(workflow_id, row["state"], plan_hash=plan_hash)
     status = machine.WorkflowStatus(row["state"])
     if status not in machine.RERUNNABLE:
         raise WorkflowCannotRerun(workflow_id, status.value)
     transition = machine.rerun(state_of(row))
-    again = [
+    again = tuple(
         _task_id(row, node.name)
         for node in transition.state.nodes
         if node.status is not machine.NodeStatus.COMPLETED
-    ]
-    if book.reset_nodes(again) != len(again):
-        # A node's record did not end with its workflow: a store's mistake, never a user's.
-        raise machine.InvalidEvent(f"Workflow {workflow_id!r} has a node record still live.")
-    _carry_out(book, row, transition.effects, now)
+    )
+    promote = tuple(_task_id(row, e.node) for e in transition.effects if isinstance(e, Promote))
     fields = _columns_of(row, transition.state, now)
     deadline = row.get("deadline")
     fields["finished_at"] = now if transition.state.ended else None
     fields["cancel_reason"] = None
     fields["runs"] = row.get("runs", 1) + 1
     fields["deadline_at"] = None if deadline is None else now + timedelta(seconds=deadline)
-    book.save_workflow(workflow_id, fields)
-    return True
+    return WorkflowWrites(saves=(WorkflowSave(workflow_id, fields, promote),), resets=again)
 
 
 def _undoable(row: WorkflowRow) -> list[str]:
@@ -248,7 +246,7 @@ def pre_run(
     """The pre-run check of claimed node runs, read from their records: which may start.
 
     A claimed node counts as started for its workflow: a refusal that meets it
-    asks its run to stop instead (``request_stop``), which this check reads. A
+    asks its run to stop instead (a stop request), which this check reads. A
     run whose record asks it to stop, or is no longer its claim, does not start;
     the first kind is ended CANCELLED by the returned ends (the store writes them,
     and the workflow reacts to them like to any end).
@@ -271,26 +269,111 @@ def pre_run(
     return allowed, refusals
 
 
-def _settle(
-    book: WorkflowBook,
-    row: WorkflowRow,
-    events: Iterable[Event],
-    now: datetime,
-    reason: CancelReason = CancelReason.USER,
-    extra: Mapping[str, Any] | None = None,
-) -> None:
-    """Apply ``events`` in turn, carrying out each one's effects; write the state once.
+class _Answer:
+    """The writes of one answer, gathered workflow by workflow."""
 
-    ``reason`` is what a cancel among the events gives the nodes it stops.
-    """
-    state = state_of(row)
-    for event in events:
-        state = _apply(book, row, state, event, now, reason)
-    fields = _columns_of(row, state, now)
-    fields.update(cast(WorkflowColumns, extra or {}))
-    book.save_workflow(row["id"], fields)
-    # WorkflowColumns are a part of WorkflowRow; mypy's update() takes only a partial row.
-    row.update(fields)  # type: ignore[typeddict-item]
+    def __init__(
+        self, records: NodeRecords, now: datetime, cancel_reason: CancelReason = CancelReason.USER
+    ) -> None:
+        self.records = records
+        self.now = now
+        # What a cancel among the events gives the nodes it refuses and stops.
+        self.cancel_reason = cancel_reason
+        self.saves: list[WorkflowSave] = []
+        self.refusals: list[TaskEnd] = []
+        self.undos: list[NewTask] = []
+        self.stops: list[tuple[str, CancelReason]] = []
+        # Dict keys: the ids in the order they were first needed, each once.
+        self.needs: dict[str, None] = {}
+
+    def writes(self) -> WorkflowWrites:
+        if self.needs:
+            return WorkflowWrites(needs=tuple(self.needs))
+        return WorkflowWrites(
+            saves=tuple(self.saves),
+            refusals=tuple(self.refusals),
+            undos=tuple(self.undos),
+            stops=tuple(self.stops),
+        )
+
+    def settle(
+        self, row: WorkflowRow, events: Iterable[Event], extra: Mapping[str, Any] | None = None
+    ) -> None:
+        """Apply ``events`` to ``row`` in turn, gathering each one's writes; save the state once."""
+        state = state_of(row)
+        promote: list[str] = []
+        refused: list[str] = []
+        for event in events:
+            transition, names = self._apply(row, state, event)
+            refused += names
+            for effect in transition.effects:
+                if isinstance(effect, Promote):
+                    promote.append(_task_id(row, effect.node))
+                elif isinstance(effect, StartUndo):
+                    self.undos.append(_undo_task(row, effect.node, self.now))
+                elif isinstance(effect, StopRunning):
+                    # The record stays RUNNING: the node ends when its function returns (or
+                    # when its worker's pre-run check reads the request), so one that
+                    # completes anyway is still compensated.
+                    self.stops.append((_task_id(row, effect.node), self.cancel_reason))
+            state = transition.state
+        if refused:
+            # A node promoted by one end and refused by a later one stays refused.
+            gone = {_task_id(row, name) for name in refused}
+            promote = [task_id for task_id in promote if task_id not in gone]
+        fields = _columns_of(row, state, self.now)
+        fields.update(cast(WorkflowColumns, extra or {}))
+        self.saves.append(WorkflowSave(row["id"], fields, tuple(promote)))
+
+    def _apply(
+        self, row: WorkflowRow, state: WorkflowState, event: Event
+    ) -> tuple[Transition, list[str]]:
+        """Apply one event, gathering the ends of the nodes it refuses; those nodes' names.
+
+        A node the machine would refuse as queued may already be claimed by a worker
+        (its record RUNNING): for the workflow it has started, so the event is applied
+        again after its ``NodeStarted`` (a cancel then asks it to stop).
+        """
+        reason = self.cancel_reason if isinstance(event, CancelWorkflow) else CancelReason.WORKFLOW
+        claimed: list[str] = []
+        while True:
+            before = state
+            for name in claimed:
+                before = machine.apply(before, NodeStarted(name)).state
+            transition = machine.apply(before, event)
+            refused = [e.node for e in transition.effects if isinstance(e, _REFUSALS)]
+            if not refused:
+                return transition, refused
+            ends, found = self._refuse(row, refused, reason)
+            if not found:
+                break
+            claimed += found
+        self.refusals += ends
+        return transition, refused
+
+    def _refuse(
+        self, row: WorkflowRow, names: Sequence[str], reason: CancelReason
+    ) -> tuple[list[TaskEnd], list[str]]:
+        """The ends of the refused nodes' records, and the refused nodes a worker has claimed.
+
+        A record not given is needed (and taken, for now, as not started); one read
+        and not found, or already ended, is left as it is.
+        """
+        ends: list[TaskEnd] = []
+        claimed: list[str] = []
+        for name in names:
+            task_id = _task_id(row, name)
+            if task_id not in self.records:
+                self.needs[task_id] = None
+                continue
+            record = self.records[task_id]
+            if record is None:
+                continue
+            if record["status"] == TaskStatus.RUNNING:
+                claimed.append(name)
+            elif record["status"] in _UNSTARTED:
+                ends.append(lifecycle.refuse_end(record, reason, self.now))
+        return ends, claimed
 
 
 def _columns_of(row: WorkflowRow, state: WorkflowState, now: datetime) -> WorkflowColumns:
@@ -301,78 +384,8 @@ def _columns_of(row: WorkflowRow, state: WorkflowState, now: datetime) -> Workfl
     return fields
 
 
-def _apply(
-    book: WorkflowBook,
-    row: WorkflowRow,
-    state: WorkflowState,
-    event: Event,
-    now: datetime,
-    cancel_reason: CancelReason,
-) -> WorkflowState:
-    """Apply one event and carry out its effects; return the new state.
-
-    A node the machine would refuse as queued may already be claimed by a worker
-    (claims do not lock the workflow): for the workflow it has started, so the
-    event is applied again after its ``NodeStarted``, and the node is asked to stop.
-    """
-    reason = cancel_reason if isinstance(event, CancelWorkflow) else CancelReason.WORKFLOW
-    claimed: list[str] = []
-    while True:
-        before = state
-        for name in claimed:
-            before = machine.apply(before, NodeStarted(name)).state
-        transition = machine.apply(before, event)
-        found = _refuse(book, row, transition.effects, reason, now)
-        if not found:
-            break
-        claimed += found
-    _carry_out(book, row, transition.effects, now, cancel_reason)
-    return transition.state
-
-
 def _task_id(row: WorkflowRow, name: str) -> str:
     return node_task_id(row["id"], row["key"], node_label(name))
-
-
-def _refuse(
-    book: WorkflowBook,
-    row: WorkflowRow,
-    effects: Sequence[Effect],
-    reason: CancelReason,
-    now: datetime,
-) -> list[str]:
-    """End the records of refused nodes; return the refused nodes a worker has claimed."""
-    names = [e.node for e in effects if isinstance(e, CancelWaiting | RefuseQueued)]
-    if not names:
-        return []
-    records = book.node_records([_task_id(row, name) for name in names])
-    claimed = [r for r in records if r["status"] == TaskStatus.RUNNING]
-    if not claimed:
-        unstarted = [r for r in records if r["status"] in (TaskStatus.WAITING, TaskStatus.PENDING)]
-        won = book.write_ends([lifecycle.refuse_end(r, reason, now) for r in unstarted])
-        lost = [r["id"] for r, ok in zip(unstarted, won, strict=True) if not ok]
-        # A refusal loses its fence only to a claim that came in between.
-        claimed = [r for r in book.node_records(lost) if r["status"] == TaskStatus.RUNNING]
-    return [read_label(r["node"])[0] for r in claimed]
-
-
-def _carry_out(
-    book: WorkflowBook,
-    row: WorkflowRow,
-    effects: Sequence[Effect],
-    now: datetime,
-    reason: CancelReason = CancelReason.USER,
-) -> None:
-    """Do what the machine asked besides refusals (done first, by ``_refuse``)."""
-    if promote := [_task_id(row, e.node) for e in effects if isinstance(e, Promote)]:
-        book.promote(promote)
-    if undos := [e.node for e in effects if isinstance(e, StartUndo)]:
-        book.add_tasks([_undo_task(row, name, now) for name in undos])
-    if stop := [_task_id(row, e.node) for e in effects if isinstance(e, StopRunning)]:
-        # The record stays RUNNING: the node ends when its function returns (or when
-        # its worker's pre-run check reads the request), so one that completes anyway
-        # is still compensated.
-        book.request_stop(stop, reason)
 
 
 def _ended(label: str, status: TaskStatus) -> Event:

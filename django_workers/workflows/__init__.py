@@ -3,7 +3,8 @@
 ``machine`` is the pure state machine that decides what each end of a node
 does (it imports no Django); ``builder`` declares a workflow and checks it into
 a ``WorkflowPlan``; ``handles`` submits, reads, waits for, cancels and re-runs one;
-``records`` and ``persistence`` are how the stores keep and advance them.
+``records`` is how the stores keep them, and ``persistence`` what they write
+when a node ends, a workflow is cancelled or re-run.
 """
 
 from __future__ import annotations

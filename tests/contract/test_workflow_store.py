@@ -11,6 +11,7 @@ in-memory store reach identical workflow states for the same events.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 
@@ -31,6 +32,9 @@ from django_workers.engine.machine import (
 from django_workers.engine.records import shown_state
 from django_workers.info import TaskInfo
 from django_workers.stores import WorkerStore
+from django_workers.stores.database import reactions
+from django_workers.stores.memory import queue as memory_queue
+from django_workers.stores.workflow_writes import answered
 from django_workers.workflows import Workflow
 from tests.tasks import noop
 from tests.unit.test_workflow_machine import CASES, Case, nodes_of
@@ -149,3 +153,59 @@ def test_the_store_follows_the_machine_committing_each_step(c: Case, db_store: W
     # Each step commits on its own, as on a worker: on PostgreSQL the ends whose
     # workflows only promote take their two-round-trip path, the others the general one.
     test_the_store_follows_the_machine(c, db_store)
+
+
+@pytest.mark.parametrize("fail_fast", [False, True], ids=["cancel", "fail-fast"])
+def test_a_node_claimed_after_its_record_was_read_runs_on_as_started(
+    store: WorkerStore, monkeypatch: pytest.MonkeyPatch, fail_fast: bool
+) -> None:
+    # Claims do not lock the workflow row: a worker claims b after the store read b's
+    # record to refuse it, so the refusal's fenced write loses. The store reads the
+    # record again and the engine takes b as started: a cancel asks it to stop.
+    wf = Workflow("wf", System(), fail_fast=fail_fast)
+    wf.add("a", noop, queue="q.a")
+    wf.add("b", noop, queue="q.b")
+    wf.submit(store=store)
+    [a] = store.claim(WORKER, ["q.a"], 1, clock.now())
+    assert store.begin_runs([a]) == [True]
+    claims: list[TaskInfo] = []
+
+    def claim_after_first_read(ask: Any, read: Any, refuse: Any) -> Any:
+        def read_then_claim(task_ids: Any) -> Any:
+            found = read(task_ids)
+            if not claims:
+                claims.extend(store.claim("w-other", ["q.b"], 1, clock.now()))
+            return found
+
+        return answered(ask, read_then_claim, refuse)
+
+    monkeypatch.setattr(reactions, "answered", claim_after_first_read)
+    monkeypatch.setattr(memory_queue, "answered", claim_after_first_read)
+    if fail_fast:
+        store.end_tasks([lifecycle.run_end(a, WORKER, TaskStatus.FAILED, clock.now())])
+    else:
+        assert store.cancel_workflow("wf", False) is True
+    [b] = claims
+    info = store.get_workflow("wf")
+    assert info is not None
+    assert info.node("b").state == "running"
+    record = store.get_task_info("wf:b")
+    assert record is not None
+    assert record.status == TaskStatus.RUNNING
+    if fail_fast:
+        # A failure lets a started node run on; the workflow waits for it.
+        assert store.begin_runs([b]) == [True]
+        assert info.state == "running"
+        store.end_tasks([lifecycle.run_end(b, "w-other", TaskStatus.COMPLETED, clock.now())])
+        ended = store.get_workflow("wf")
+        assert ended is not None
+        assert ended.state == "failed"
+        return
+    # Asked to stop: its worker's pre-run check refuses it, and the workflow ends with it.
+    assert store.runs_to_stop("w-other", {b.id: b.run_id}) == {b.id: "user"}
+    assert store.begin_runs([b]) == [False]
+    store.end_tasks([lifecycle.run_end(a, WORKER, TaskStatus.COMPLETED, clock.now())])
+    cancelled = store.get_workflow("wf")
+    assert cancelled is not None
+    assert cancelled.state == "cancelled"
+    assert cancelled.node("b").state == "cancelled"

@@ -6,7 +6,8 @@ when claiming). No transaction here ever spans user code.
 
 One module per role of the contract: ``records`` (submitting, live state
 writes), ``reads``, ``queue`` (claims and ends, written by the ``ends`` writer
-chosen for the database, with workflows reacting through ``book``), ``leases``
+chosen for the database, with the engine's answers to workflows written by
+``reactions``), ``leases``
 (workers and the zombie sweep), ``notices`` (wake-ups) and ``retention``; all
 stand on ``access``.
 """

@@ -248,21 +248,16 @@ class PostgresEndWriter(EndWriter):
     @staticmethod
     def _plain_reactions(
         ends: Sequence[TaskEnd], rows: list[WorkflowRow], winners: set[tuple[str, str]]
-    ) -> tuple[list[bool], list[tuple[str, WorkflowColumns, list[str]]]] | None:
+    ) -> tuple[list[bool], list[tuple[str, WorkflowColumns, tuple[str, ...]]]] | None:
         """Which ends won, and each workflow's new columns and promotions; None if more."""
         won = _won(ends, winners)
-        events = persistence.events_of([e for e, ok in zip(ends, won, strict=True) if ok])
         by_id = {row["id"]: row for row in rows}
-        now = clock.now()
-        saves = []
-        for workflow_id in sorted(events):
-            if workflow_id not in by_id:
-                continue  # deleted, with its nodes, by retention
-            outcome = persistence.plain_outcome(by_id[workflow_id], events[workflow_id], now)
-            if outcome is None:
-                return None
-            saves.append((workflow_id, *outcome))
-        return won, saves
+        winning = [e for e, ok in zip(ends, won, strict=True) if ok]
+        # Given no node records: an answer that refuses a node needs them, so is not plain.
+        writes = persistence.react(by_id, winning, clock.now())
+        if not writes.plain:
+            return None
+        return won, [(save.workflow_id, save.columns, save.promote) for save in writes.saves]
 
 
 def _won(ends: Sequence[TaskEnd], winners: set[tuple[str, str]]) -> list[bool]:

@@ -30,8 +30,8 @@ from django_workers.stores.database.access import (
     _in_autocommit,
     _one_writer,
 )
-from django_workers.stores.database.book import Book
 from django_workers.stores.database.ends import EndWriter, end_writer
+from django_workers.stores.database.reactions import Reactions, node_records
 from django_workers.stores.fairness import fair_pick, merged
 
 
@@ -307,19 +307,21 @@ class DatabaseRunQueue(DatabaseAccess):
         written = writer.in_two_round_trips(ends, flows)
         if written is not None:
             return written[0]
-        book = Book(self, self._ends())
+        reactions = Reactions(self, writer)
         with self._atomic():
             # Workflow rows before task rows: the order every writer here takes.
             found = writer.lock_and_finish(ends, flows)
             if found is None:
-                book.lock_workflows(flows)
+                rows_by_id = reactions.lock(flows)
                 won = writer.write(ends)
             else:
-                book.locked.update((row["id"], row) for row in found[0])
+                rows_by_id = {row["id"]: row for row in found[0]}
                 won = found[1]
             writer.release_slots([e for e, ok in zip(ends, won, strict=True) if not ok])
-            persistence.react(book, [e for e, ok in zip(ends, won, strict=True) if ok], clock.now())
-        book.wake()
+            winners = [e for e, ok in zip(ends, won, strict=True) if ok]
+            now = clock.now()
+            reactions.write(lambda records: persistence.react(rows_by_id, winners, now, records))
+        reactions.wake()
         return won
 
     @_one_writer
@@ -331,20 +333,31 @@ class DatabaseRunQueue(DatabaseAccess):
         reason: CancelReason = CancelReason.USER,
         now: datetime | None = None,
     ) -> bool | None:
-        book = Book(self, self._ends())
+        reactions = Reactions(self, self._ends())
         with self._atomic():
             at = now or clock.now()
-            cancelled = persistence.cancel(book, workflow_id, undo, at, drop_undo, reason)
-        book.wake()
-        return cancelled
+            row = reactions.lock([workflow_id]).get(workflow_id)
+            if row is None:
+                return None
+            answer = reactions.write(
+                lambda records: persistence.cancel(row, undo, at, drop_undo, reason, records)
+            )
+            if answer is None:
+                return False
+        reactions.wake()
+        return True
 
     @_one_writer
     def rerun_workflow(self, workflow_id: str, plan_hash: str | None) -> bool | None:
-        book = Book(self, self._ends())
+        reactions = Reactions(self, self._ends())
         with self._atomic():
-            rerun = persistence.rerun(book, workflow_id, plan_hash, clock.now())
-        book.wake()
-        return rerun
+            row = reactions.lock([workflow_id]).get(workflow_id)
+            if row is None:
+                return None
+            writes = persistence.rerun(row, plan_hash, clock.now())
+            reactions.write(lambda _records: writes)
+        reactions.wake()
+        return True
 
     def overdue_workflows(self, now: datetime, limit: int) -> list[str]:
         overdue = self._flows().overdue(now).order_by("deadline_at", "id")
@@ -354,7 +367,7 @@ class DatabaseRunQueue(DatabaseAccess):
     def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
         if not runs:
             return []
-        found = Book(self, self._ends()).node_records([info.id for info in runs])
+        found = node_records(self, [info.id for info in runs])
         allowed, refusals = persistence.pre_run(runs, {r["id"]: r for r in found}, clock.now())
         if refusals:
             self.end_tasks(refusals)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -12,16 +12,18 @@ from django_workers.cancellation import CancelReason
 from django_workers.conf import served_fair
 from django_workers.core import LiveNodeRow, WorkflowRow, new_run_id
 from django_workers.engine import persistence
+from django_workers.engine.machine import InvalidEvent
+from django_workers.engine.persistence import NodeRecords, WorkflowWrites
 from django_workers.info import TERMINAL_STATUSES, TaskInfo, TaskStatus
 from django_workers.lifecycle import TaskEnd
 from django_workers.stores import rows
-from django_workers.stores.base import NewTask
 from django_workers.stores.fairness import fair_pick, merged
 from django_workers.stores.memory.state import MemoryState
+from django_workers.stores.workflow_writes import answered
 
 
 class MemoryRunQueue(MemoryState):
-    """Claims and fenced ends under the lock; a workflow reacts through its ``_Book``."""
+    """Claims and fenced ends under the lock; a workflow's reactions written by ``_Reactions``."""
 
     def claim(
         self,
@@ -87,13 +89,17 @@ class MemoryRunQueue(MemoryState):
         return free
 
     def end_tasks(self, ends: Sequence[TaskEnd]) -> list[bool]:
-        book = _Book(self)
+        reactions = _Reactions(self)
         with self._lock:
             won = [self._end(end) for end in ends]
-            if persistence.workflows_of(ends):
+            if flows := persistence.workflows_of(ends):
                 winners = [e for e, ok in zip(ends, won, strict=True) if ok]
-                persistence.react(book, winners, clock.now())
-        book.wake()
+                rows_by_id = reactions.rows(flows)
+                now = clock.now()
+                reactions.write(
+                    lambda records: persistence.react(rows_by_id, winners, now, records)
+                )
+        reactions.wake()
         return won
 
     def cancel_workflow(
@@ -104,19 +110,30 @@ class MemoryRunQueue(MemoryState):
         reason: CancelReason = CancelReason.USER,
         now: datetime | None = None,
     ) -> bool | None:
-        book = _Book(self)
+        reactions = _Reactions(self)
         with self._lock:
             at = now or clock.now()
-            cancelled = persistence.cancel(book, workflow_id, undo, at, drop_undo, reason)
-        book.wake()
-        return cancelled
+            row = reactions.rows([workflow_id]).get(workflow_id)
+            if row is None:
+                return None
+            answer = reactions.write(
+                lambda records: persistence.cancel(row, undo, at, drop_undo, reason, records)
+            )
+            if answer is None:
+                return False
+        reactions.wake()
+        return True
 
     def rerun_workflow(self, workflow_id: str, plan_hash: str | None) -> bool | None:
-        book = _Book(self)
+        reactions = _Reactions(self)
         with self._lock:
-            rerun = persistence.rerun(book, workflow_id, plan_hash, clock.now())
-        book.wake()
-        return rerun
+            row = reactions.rows([workflow_id]).get(workflow_id)
+            if row is None:
+                return None
+            writes = persistence.rerun(row, plan_hash, clock.now())
+            reactions.write(lambda _records: writes)
+        reactions.wake()
+        return True
 
     def overdue_workflows(self, now: datetime, limit: int) -> list[str]:
         with self._lock:
@@ -132,7 +149,7 @@ class MemoryRunQueue(MemoryState):
 
     def begin_runs(self, runs: Sequence[TaskInfo]) -> list[bool]:
         with self._lock:
-            found = _Book(self).node_records([info.id for info in runs])
+            found = self._node_records([info.id for info in runs])
         allowed, refusals = persistence.pre_run(runs, {r["id"]: r for r in found}, clock.now())
         if refusals:
             self.end_tasks(refusals)
@@ -176,56 +193,66 @@ class MemoryRunQueue(MemoryState):
                 if (reason := rows.stop_reason(self._rows.get(task_id), worker_id, run_id))
             }
 
-
-class _Book:
-    """The row operations the workflow routine runs under this store's lock."""
-
-    def __init__(self, store: MemoryRunQueue) -> None:
-        self.store = store
-        self.queues: set[str] = set()
-
-    def lock_workflows(self, ids: Sequence[str]) -> dict[str, WorkflowRow]:
-        found = (self.store._flows.get(workflow_id) for workflow_id in ids)
-        return {
-            row["id"]: cast(WorkflowRow, copy.deepcopy(row)) for row in found if row is not None
-        }
-
-    def save_workflow(self, workflow_id: str, fields: Mapping[str, Any]) -> None:
-        self.store._flows[workflow_id].update(copy.deepcopy(dict(fields)))
-
-    def node_records(self, task_ids: Sequence[str]) -> list[LiveNodeRow]:
-        found = (self.store._rows.get(task_id) for task_id in task_ids)
+    def _node_records(self, task_ids: Sequence[str]) -> list[LiveNodeRow]:
+        """The ``RECORD_COLUMNS`` of these task records (those that exist)."""
+        found = (self._rows.get(task_id) for task_id in task_ids)
         return [
             cast(LiveNodeRow, {c: row[c] for c in persistence.RECORD_COLUMNS})
             for row in found
             if row
         ]
 
-    def write_ends(self, ends: Sequence[TaskEnd]) -> list[bool]:
+
+class _Reactions:
+    """The engine's answers written under this store's lock, and the queues they fill."""
+
+    def __init__(self, store: MemoryRunQueue) -> None:
+        self.store = store
+        self.queues: set[str] = set()
+
+    def rows(self, ids: Sequence[str]) -> dict[str, WorkflowRow]:
+        """Copies of these workflows' rows (those that exist), by id."""
+        found = (self.store._flows.get(workflow_id) for workflow_id in ids)
+        return {
+            row["id"]: cast(WorkflowRow, copy.deepcopy(row)) for row in found if row is not None
+        }
+
+    def write(self, ask: Callable[[NodeRecords], WorkflowWrites | None]) -> WorkflowWrites | None:
+        """Ask the engine until its answer is whole, and write it; None if it answers None."""
+        store = self.store
+        writes = answered(ask, store._node_records, self._refuse)
+        if writes is None:
+            return None
+        if writes.resets and self._reset(writes.resets) != len(writes.resets):
+            # A node's record did not end with its workflow: a store's mistake, never a user's.
+            raise InvalidEvent("A workflow to re-run has a node record still live.")
+        for new in writes.undos:
+            store._insert(new)
+            self.queues.add(new.queue)
+        for task_id, reason in writes.stops:
+            row = store._rows.get(task_id)
+            # A node waiting for its retry (PENDING again) is refused when claimed.
+            if row is None or row["status"] not in (TaskStatus.RUNNING, TaskStatus.PENDING):
+                continue
+            if row["cancel_reason"] == CancelReason.NONE:
+                row["cancel_reason"] = reason
+        for save in writes.saves:
+            self._promote(save.promote)
+            store._flows[save.workflow_id].update(copy.deepcopy(dict(save.columns)))
+        return writes
+
+    def _refuse(self, ends: Sequence[TaskEnd]) -> list[bool]:
+        # Through the store's end rules, without reacting to them again.
         return [self.store._end(end) for end in ends]
 
-    def promote(self, task_ids: Sequence[str]) -> None:
+    def _promote(self, task_ids: Sequence[str]) -> None:
         for task_id in task_ids:
             row = self.store._rows.get(task_id)
             if row is not None and row["status"] == TaskStatus.WAITING:
                 row["status"] = TaskStatus.PENDING
                 self.queues.add(row["queue"])
 
-    def add_tasks(self, news: Sequence[NewTask]) -> None:
-        for new in news:
-            self.store._insert(new)
-            self.queues.add(new.queue)
-
-    def request_stop(self, task_ids: Sequence[str], reason: CancelReason) -> None:
-        for task_id in task_ids:
-            row = self.store._rows.get(task_id)
-            # A node waiting for its retry (PENDING again) is refused when claimed.
-            if row is None or row["status"] not in (TaskStatus.RUNNING, TaskStatus.PENDING):
-                continue
-            if row["cancel_reason"] == CancelReason.NONE:
-                row["cancel_reason"] = reason
-
-    def reset_nodes(self, task_ids: Sequence[str]) -> int:
+    def _reset(self, task_ids: Sequence[str]) -> int:
         reset = 0
         for task_id in task_ids:
             row = self.store._rows.get(task_id)
