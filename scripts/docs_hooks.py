@@ -8,6 +8,9 @@
   schema drf-spectacular generates for the app's urlconf; that schema is also added to the
   site as ``reference/openapi.json``. A route of the urlconf the schema leaves out is a
   warning.
+- ``<!-- generated: task states -->`` and ``<!-- generated: workflow states -->`` become
+  Mermaid state diagrams: a task's moves read from ``lifecycle.FROM_STATUSES`` and
+  ``TO_STATUSES``, a workflow's found by running its state machine on small plans.
 - The settings table of ``reference/settings.md`` is written by hand (types and meanings
   are prose) and checked here against ``django_workers.conf.DEFAULTS``: a key missing, extra
   or with another default is a warning, which ``mkdocs build --strict`` makes an error.
@@ -36,6 +39,7 @@ DJANGO_COMMON = {"help", "settings", "pythonpath", "traceback", "no_color", "for
 
 GENERATED = re.compile(r"<!-- generated: (options|exit codes) of ([a-z]+) -->")
 REST_ROUTES = "<!-- generated: rest routes -->"
+STATES = re.compile(r"<!-- generated: (task|workflow) states -->")
 #: Where the reference shows the REST API mounted, as docs/rest-api.md does.
 REST_PREFIX = "/workers/"
 REST_URLCONF = "django_workers.rest.urls"
@@ -82,6 +86,10 @@ def on_files(files: Any, config: Any) -> Any:
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     src = page.file.src_uri
     markdown = GENERATED.sub(lambda m: _generated(m.group(1), m.group(2), src), markdown)
+    markdown = STATES.sub(
+        lambda m: _logged(task_diagram if m.group(1) == "task" else workflow_diagram, src),
+        markdown,
+    )
     if REST_ROUTES in markdown:
         markdown = markdown.replace(REST_ROUTES, _logged(rest_reference, src))
     if src == "reference/settings.md":
@@ -358,6 +366,176 @@ def _logged(make: Any, src: str) -> str:
     except Exception as error:  # any failure is a warning, which --strict makes fatal
         log.warning("%s: cannot generate %s: %s", src, getattr(make, "__name__", make), error)
         return ""
+
+
+# -- state diagrams --
+
+#: A task's moves that are not ends of a run: (from, to, what makes it). ``None`` is "no record".
+TASK_STARTS = (
+    (None, "PENDING", "submit"),
+    (None, "WAITING", "submit as a workflow node"),
+    ("WAITING", "PENDING", "its workflow promotes it"),
+    ("PENDING", "RUNNING", "a worker claims it"),
+)
+
+
+def task_moves() -> dict[tuple[str | None, str], list[str]]:
+    """Every move of a task's status: (from, to) -> what makes it.
+
+    Submits, promotions and claims, then each kind of end of ``django_workers.lifecycle``
+    from each status it applies in (``FROM_STATUSES``) to each it writes (``TO_STATUSES``).
+    """
+    from django_workers.lifecycle import FROM_STATUSES, TO_STATUSES
+
+    moves: dict[tuple[str | None, str], list[str]] = {}
+    for before, after, why in TASK_STARTS:
+        moves.setdefault((before, after), []).append(why)
+    for kind, froms in FROM_STATUSES.items():
+        for before in sorted(froms, key=_task_order):
+            for after in sorted(TO_STATUSES[kind], key=_task_order):
+                moves.setdefault((before.value, after.value), []).append(kind.value)
+    return moves
+
+
+def task_diagram() -> str:
+    """A Mermaid state diagram of a task's statuses, from ``task_moves``, and a table of the
+    kinds of end it names, from the comments of ``lifecycle.EndKind``."""
+    from django_workers import lifecycle
+    from django_workers.info import TERMINAL_STATUSES
+
+    ends = sorted((status.value for status in TERMINAL_STATUSES), key=_task_order)
+    rows = ["| end | what it is |", "|---|---|"]
+    for kind, comment in member_comments(Path(lifecycle.__file__), "EndKind").items():
+        rows.append(f"| `{lifecycle.EndKind[kind].value}` | {_cell(_rst(comment))} |")
+    return _diagram(task_moves(), ends) + "\n\n" + "\n".join(rows)
+
+
+def member_comments(source: Path, class_name: str) -> dict[str, str]:
+    """The ``#:`` comment above each member of a class: name -> comment."""
+    lines = source.read_text().splitlines()
+    tree = ast.parse("\n".join(lines))
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.ClassDef) and node.name == class_name):
+            continue
+        for statement in node.body:
+            if not isinstance(statement, ast.Assign):
+                continue
+            comment: list[str] = []
+            row = statement.lineno - 2
+            while row >= 0 and lines[row].strip().startswith("#:"):
+                comment.insert(0, lines[row].strip().removeprefix("#:").strip())
+                row -= 1
+            for target in statement.targets:
+                if isinstance(target, ast.Name):
+                    found[target.id] = " ".join(comment)
+    return found
+
+
+def workflow_moves() -> dict[tuple[str | None, str], list[str]]:
+    """Every change of a workflow's state, as a reader sees it, that the machine makes.
+
+    Found by running ``django_workers.engine.machine`` on small plans, with every flag, through
+    every event and re-run it accepts: (from, to) -> the events that make it.
+    """
+    from django_workers.engine import machine
+    from django_workers.engine.vocabulary import Node
+
+    plans = [
+        [Node(name="a")],
+        [Node(name="a", has_undo=True)],
+        [Node(name="a", has_undo=True), Node(name="b", deps=("a",))],
+        [Node(name="a", has_undo=True), Node(name="b", deps=("a",), always=True)],
+        [Node(name="a", has_undo=True), Node(name="b", has_undo=True)],
+        [
+            Node(name="a", has_undo=True),
+            Node(name="b", deps=("a",), has_undo=True),
+            Node(name="c", deps=("a",), always=True),
+        ],
+    ]
+    moves: dict[tuple[str | None, str], list[str]] = {}
+    for nodes in plans:
+        for fail_fast in (False, True):
+            for undo_on_cancel in (True, False):
+                first = machine.start(nodes, fail_fast=fail_fast, undo_on_cancel=undo_on_cancel)
+                _add(moves, None, _shown(first.state), "submit")
+                seen = {first.state}
+                todo = [first.state]
+                while todo:
+                    state = todo.pop()
+                    for why, step in _workflow_steps(state):
+                        try:
+                            after = step().state
+                        except ValueError:  # InvalidEvent, or a cancel that would widen
+                            continue
+                        if _shown(after) != _shown(state):
+                            _add(moves, _shown(state), _shown(after), why)
+                        if after not in seen:
+                            seen.add(after)
+                            todo.append(after)
+    return moves
+
+
+def workflow_diagram() -> str:
+    """A Mermaid state diagram of a workflow's states, from ``workflow_moves``."""
+    from django_workers.engine.vocabulary import RERUNNABLE, WORKFLOW_ENDS
+
+    # Ends a workflow never leaves; the others may be re-run.
+    return _diagram(workflow_moves(), [s.value for s in WORKFLOW_ENDS - RERUNNABLE])
+
+
+def _workflow_steps(state: Any) -> list[tuple[str, Any]]:
+    from django_workers.engine import machine
+    from django_workers.engine.vocabulary import (
+        RERUNNABLE,
+        CancelWorkflow,
+        NodeEnded,
+        NodeStarted,
+        Outcome,
+        UndoEnded,
+        UndoStarted,
+    )
+
+    events: list[tuple[str, Any]] = []
+    for node in state.nodes:
+        events.append(("a node starts", NodeStarted(node.name)))
+        events += [("the nodes end", NodeEnded(node.name, outcome)) for outcome in Outcome]
+        if node.has_undo:
+            events.append(("an undo starts", UndoStarted(node.name)))
+            events += [("the undo steps end", UndoEnded(node.name, o)) for o in Outcome]
+    events += [("cancel", CancelWorkflow(undo)) for undo in (None, True, False)]
+    steps: list[tuple[str, Any]] = [
+        (why, lambda event=event: machine.apply(state, event)) for why, event in events
+    ]
+    if state.status in RERUNNABLE:
+        steps.append(("re-run", lambda: machine.rerun(state)))
+    return steps
+
+
+def _shown(state: Any) -> str:
+    from django_workers.engine.records import shown_state
+
+    return str(shown_state(state.status.value, state.cancel_undo))
+
+
+def _add(moves: dict[tuple[str | None, str], list[str]], a: str | None, b: str, why: str) -> None:
+    whys = moves.setdefault((a, b), [])
+    if why not in whys:
+        whys.append(why)
+
+
+def _task_order(status: Any) -> int:
+    from django_workers.info import TaskStatus
+
+    return list(TaskStatus).index(TaskStatus(status))
+
+
+def _diagram(moves: dict[tuple[str | None, str], list[str]], ends: list[str]) -> str:
+    lines = ["```mermaid", "stateDiagram-v2"]
+    for (before, after), whys in moves.items():
+        lines.append(f"    {before or '[*]'} --> {after}: {', '.join(whys)}")
+    lines += [f"    {end} --> [*]" for end in ends]
+    return "\n".join([*lines, "```"])
 
 
 # -- settings --
