@@ -8,9 +8,10 @@
   schema drf-spectacular generates for the app's urlconf; that schema is also added to the
   site as ``reference/openapi.json``. A route of the urlconf the schema leaves out is a
   warning.
-- ``<!-- generated: task states -->`` and ``<!-- generated: workflow states -->`` become
-  Mermaid state diagrams: a task's moves read from ``lifecycle.FROM_STATUSES`` and
-  ``TO_STATUSES``, a workflow's found by running its state machine on small plans.
+- ``<!-- generated: task states -->`` (and ``workflow``, ``node``, ``undo``) become Mermaid
+  state diagrams: a task's moves read from ``lifecycle.FROM_STATUSES`` and ``TO_STATUSES``;
+  a workflow's, its nodes' and their undo steps' found by running the workflow state
+  machine on small plans.
 - The settings table of ``reference/settings.md`` is written by hand (types and meanings
   are prose) and checked here against ``django_workers.conf.DEFAULTS``: a key missing, extra
   or with another default is a warning, which ``mkdocs build --strict`` makes an error.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
 import json
 import logging
 import re
@@ -39,7 +41,7 @@ DJANGO_COMMON = {"help", "settings", "pythonpath", "traceback", "no_color", "for
 
 GENERATED = re.compile(r"<!-- generated: (options|exit codes) of ([a-z]+) -->")
 REST_ROUTES = "<!-- generated: rest routes -->"
-STATES = re.compile(r"<!-- generated: (task|workflow) states -->")
+STATES = re.compile(r"<!-- generated: (task|workflow|node|undo) states -->")
 #: Where the reference shows the REST API mounted, as docs/rest-api.md does.
 REST_PREFIX = "/workers/"
 REST_URLCONF = "django_workers.rest.urls"
@@ -86,10 +88,13 @@ def on_files(files: Any, config: Any) -> Any:
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     src = page.file.src_uri
     markdown = GENERATED.sub(lambda m: _generated(m.group(1), m.group(2), src), markdown)
-    markdown = STATES.sub(
-        lambda m: _logged(task_diagram if m.group(1) == "task" else workflow_diagram, src),
-        markdown,
-    )
+    diagrams = {
+        "task": task_diagram,
+        "workflow": workflow_diagram,
+        "node": node_diagram,
+        "undo": undo_diagram,
+    }
+    markdown = STATES.sub(lambda m: _logged(diagrams[m.group(1)], src), markdown)
     if REST_ROUTES in markdown:
         markdown = markdown.replace(REST_ROUTES, _logged(rest_reference, src))
     if src == "reference/settings.md":
@@ -432,47 +437,96 @@ def member_comments(source: Path, class_name: str) -> dict[str, str]:
     return found
 
 
-def workflow_moves() -> dict[tuple[str | None, str], list[str]]:
-    """Every change of a workflow's state, as a reader sees it, that the machine makes.
+#: Small plans the machine runs to find its moves: every shape of dependency, .always()
+#: and undo that a move depends on.
+PLANS: list[list[dict[str, Any]]] = [
+    [{"name": "a"}],
+    [{"name": "a", "has_undo": True}],
+    [{"name": "a", "has_undo": True}, {"name": "b", "deps": ("a",)}],
+    [{"name": "a", "has_undo": True}, {"name": "b", "deps": ("a",), "always": True}],
+    [{"name": "a", "has_undo": True}, {"name": "b", "has_undo": True}],
+    [
+        {"name": "a", "has_undo": True},
+        {"name": "b", "deps": ("a",), "has_undo": True},
+        {"name": "c", "deps": ("a",), "always": True},
+    ],
+]
 
-    Found by running ``django_workers.engine.machine`` on small plans, with every flag, through
-    every event and re-run it accepts: (from, to) -> the events that make it.
+
+@functools.cache
+def machine_steps() -> tuple[tuple[Any, Any, str, Any], ...]:
+    """Every step the workflow machine takes from a state it reaches on ``PLANS``.
+
+    Each plan runs with every flag, through every event and re-run the machine accepts:
+    (state before or None for a submit, event or None, what it is, state after).
     """
     from django_workers.engine import machine
     from django_workers.engine.vocabulary import Node
 
-    plans = [
-        [Node(name="a")],
-        [Node(name="a", has_undo=True)],
-        [Node(name="a", has_undo=True), Node(name="b", deps=("a",))],
-        [Node(name="a", has_undo=True), Node(name="b", deps=("a",), always=True)],
-        [Node(name="a", has_undo=True), Node(name="b", has_undo=True)],
-        [
-            Node(name="a", has_undo=True),
-            Node(name="b", deps=("a",), has_undo=True),
-            Node(name="c", deps=("a",), always=True),
-        ],
-    ]
-    moves: dict[tuple[str | None, str], list[str]] = {}
-    for nodes in plans:
+    steps = []
+    for plan in PLANS:
+        nodes = [Node(**node) for node in plan]
         for fail_fast in (False, True):
             for undo_on_cancel in (True, False):
                 first = machine.start(nodes, fail_fast=fail_fast, undo_on_cancel=undo_on_cancel)
-                _add(moves, None, _shown(first.state), "submit")
+                steps.append((None, None, "submit", first.state))
                 seen = {first.state}
                 todo = [first.state]
                 while todo:
                     state = todo.pop()
-                    for why, step in _workflow_steps(state):
+                    for why, event, step in _workflow_steps(state):
                         try:
                             after = step().state
                         except ValueError:  # InvalidEvent, or a cancel that would widen
                             continue
-                        if _shown(after) != _shown(state):
-                            _add(moves, _shown(state), _shown(after), why)
+                        steps.append((state, event, why, after))
                         if after not in seen:
                             seen.add(after)
                             todo.append(after)
+    return tuple(steps)
+
+
+def workflow_moves() -> dict[tuple[str | None, str], list[str]]:
+    """Every change of a workflow's state, as a reader sees it, that the machine makes:
+    (from, to) -> the steps that make it (see ``machine_steps``)."""
+    moves: dict[tuple[str | None, str], list[str]] = {}
+    for before, _event, why, after in machine_steps():
+        shown = None if before is None else _shown(before)
+        if shown != _shown(after):
+            _add(moves, shown, _shown(after), why)
+    return moves
+
+
+def node_moves(undo: bool = False) -> dict[tuple[str | None, str], list[str]]:
+    """Every change of a node's state (or of its undo's) that the machine makes."""
+    from django_workers.engine.vocabulary import (
+        NodeEnded,
+        NodeStarted,
+        UndoEnded,
+        UndoStarted,
+    )
+
+    own = (UndoStarted, UndoEnded) if undo else (NodeStarted, NodeEnded)
+    moves: dict[tuple[str | None, str], list[str]] = {}
+    for before, event, why, after in machine_steps():
+        for node in after.nodes:
+            if undo and not node.has_undo:
+                continue
+            now = (node.undo if undo else node.status).value
+            if before is None:
+                _add(moves, None, now, why)
+                continue
+            old = before.node(node.name)
+            then = (old.undo if undo else old.status).value
+            if then == now:
+                continue
+            if isinstance(event, own) and event.node == node.name:
+                why = "it starts" if isinstance(event, own[0]) else "its task ends"
+            elif isinstance(event, NodeEnded):
+                why = "the nodes end" if undo else "another node ends"
+            elif isinstance(event, UndoEnded):
+                why = "another undo ends"
+            _add(moves, then, now, why)
     return moves
 
 
@@ -484,7 +538,17 @@ def workflow_diagram() -> str:
     return _diagram(workflow_moves(), [s.value for s in WORKFLOW_ENDS - RERUNNABLE])
 
 
-def _workflow_steps(state: Any) -> list[tuple[str, Any]]:
+def node_diagram() -> str:
+    """A Mermaid state diagram of a workflow node's states, from ``node_moves``."""
+    return _diagram(node_moves(), [])
+
+
+def undo_diagram() -> str:
+    """A Mermaid state diagram of the states of a node's undo step, from ``node_moves``."""
+    return _diagram(node_moves(undo=True), [])
+
+
+def _workflow_steps(state: Any) -> list[tuple[str, Any, Any]]:
     from django_workers.engine import machine
     from django_workers.engine.vocabulary import (
         RERUNNABLE,
@@ -504,11 +568,11 @@ def _workflow_steps(state: Any) -> list[tuple[str, Any]]:
             events.append(("an undo starts", UndoStarted(node.name)))
             events += [("the undo steps end", UndoEnded(node.name, o)) for o in Outcome]
     events += [("cancel", CancelWorkflow(undo)) for undo in (None, True, False)]
-    steps: list[tuple[str, Any]] = [
-        (why, lambda event=event: machine.apply(state, event)) for why, event in events
+    steps: list[tuple[str, Any, Any]] = [
+        (why, event, lambda event=event: machine.apply(state, event)) for why, event in events
     ]
     if state.status in RERUNNABLE:
-        steps.append(("re-run", lambda: machine.rerun(state)))
+        steps.append(("re-run", None, lambda: machine.rerun(state)))
     return steps
 
 

@@ -39,6 +39,42 @@ WORKFLOW_MOVES = {
     ("compensated", "[*]"),
 }
 
+#: Every change of a node's state the machine makes.
+NODE_MOVES = {
+    ("[*]", "waiting"),
+    ("[*]", "pending"),  # a root is promoted at submit
+    ("waiting", "pending"),
+    ("waiting", "cancelled"),
+    ("pending", "running"),
+    ("pending", "completed"),  # a queued node may end directly
+    ("pending", "failed"),
+    ("pending", "cancelled"),
+    ("running", "completed"),
+    ("running", "failed"),
+    ("running", "cancelled"),
+    *(
+        (end, again)
+        for end in ("completed", "failed", "cancelled")
+        for again in ("waiting", "pending")
+    ),
+}
+
+#: Every change of an undo step's state the machine makes.
+UNDO_MOVES = {
+    ("[*]", "idle"),
+    ("idle", "waiting"),
+    ("idle", "pending"),  # due, and no descendant's undo holds it back
+    ("waiting", "pending"),
+    ("pending", "running"),
+    ("pending", "completed"),
+    ("pending", "failed"),
+    ("pending", "cancelled"),
+    ("running", "completed"),
+    ("running", "failed"),
+    ("running", "cancelled"),
+    *((end, "idle") for end in ("completed", "failed", "cancelled")),  # a re-run
+}
+
 
 @pytest.fixture(scope="module")
 def hooks() -> ModuleType:
@@ -84,3 +120,8 @@ def test_an_end_writes_only_a_status_of_its_kind() -> None:
 
 def test_the_workflow_diagram_has_an_arrow_for_each_move_of_the_machine(hooks: ModuleType) -> None:
     assert arrows(hooks.workflow_diagram()) == WORKFLOW_MOVES
+
+
+def test_the_node_and_undo_diagrams_have_an_arrow_for_each_move(hooks: ModuleType) -> None:
+    assert arrows(hooks.node_diagram()) == NODE_MOVES
+    assert arrows(hooks.undo_diagram()) == UNDO_MOVES
