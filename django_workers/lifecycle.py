@@ -79,6 +79,19 @@ FROM_STATUSES: Final[Mapping[EndKind, frozenset[TaskStatus]]] = {
     EndKind.REFUSE: _LIVE,
 }
 
+#: The statuses each kind of end may write (a run's own end: however its function ended).
+TO_STATUSES: Final[Mapping[EndKind, frozenset[TaskStatus]]] = {
+    EndKind.RUN: frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED}),
+    EndKind.TIMEOUT: frozenset({TaskStatus.FAILED}),
+    EndKind.CANCEL: frozenset({TaskStatus.CANCELLED}),
+    EndKind.WORKER_LOST: frozenset({TaskStatus.FAILED}),
+    EndKind.REQUEUE: frozenset({TaskStatus.PENDING}),
+    EndKind.RETRY: frozenset({TaskStatus.PENDING}),
+    EndKind.RELEASE: frozenset({TaskStatus.PENDING}),
+    EndKind.ABANDON: frozenset({TaskStatus.CANCELLED}),
+    EndKind.REFUSE: frozenset({TaskStatus.CANCELLED}),
+}
+
 #: Kinds whose function may still be executing when the record ends: the slot stays held.
 HOLDS_SLOT: Final = frozenset({EndKind.TIMEOUT, EndKind.CANCEL})
 
@@ -115,6 +128,10 @@ class TaskEnd:
     #: The workflow whose node (or undo) the record is, which reacts to the end.
     workflow: str | None = None
     node: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.status not in TO_STATUSES[self.kind]:
+            raise ValueError(f"A {self.kind} end cannot write {self.status}.")
 
     @property
     def from_statuses(self) -> frozenset[TaskStatus]:

@@ -28,7 +28,7 @@ PAGE_NUMBER = re.compile(r"-?[0-9]+(?:\.0+)?")
 class TaskFailureSerializer(serializers.Serializer[Any]):
     """How a run failed: the exception's dotted type, its message and traceback."""
 
-    type = serializers.CharField(read_only=True)
+    type = serializers.CharField(read_only=True, help_text="The exception's dotted class name.")
     message = serializers.CharField(read_only=True)
     traceback = serializers.CharField(read_only=True)
 
@@ -36,15 +36,21 @@ class TaskFailureSerializer(serializers.Serializer[Any]):
 class TaskSerializer(serializers.Serializer[Any]):
     """A ``TaskInfo`` snapshot; timestamps in ISO 8601."""
 
-    id = serializers.CharField(read_only=True)
-    key = serializers.CharField(read_only=True)
-    owner = serializers.CharField(read_only=True, allow_null=True)
+    id = serializers.CharField(
+        read_only=True, help_text="The id submit_task returned: `<user id>::<key>` for a user task."
+    )
+    key = serializers.CharField(read_only=True, help_text="The key it was submitted under.")
+    owner = serializers.CharField(
+        read_only=True, allow_null=True, help_text="The owner's user id; null for a global task."
+    )
     scope = serializers.ChoiceField(choices=SCOPES, read_only=True)
     queue = serializers.CharField(read_only=True)
     priority = serializers.IntegerField(read_only=True)
     status = serializers.ChoiceField(choices=TaskStatus.choices, read_only=True)
-    progress = serializers.FloatField(read_only=True)
-    attempts = serializers.IntegerField(read_only=True)
+    progress = serializers.FloatField(read_only=True, help_text="0 to 100; 100 once completed.")
+    attempts = serializers.IntegerField(
+        read_only=True, help_text="Attempts started so far (1 during the first)."
+    )
     max_attempts = serializers.IntegerField(
         read_only=True, help_text="Its first attempt and its retries."
     )
@@ -54,20 +60,50 @@ class TaskSerializer(serializers.Serializer[Any]):
         "run_after.",
     )
     # Any JSON, null included (a bare schema accepts null; "nullable" would make it ambiguous).
-    result = serializers.JSONField(read_only=True)
-    error = TaskFailureSerializer(read_only=True, allow_null=True)
+    result = serializers.JSONField(
+        read_only=True, help_text="The task's JSON result once it completed, else null."
+    )
+    error = TaskFailureSerializer(
+        read_only=True,
+        allow_null=True,
+        help_text="The last failure (once failed or cancelled, or while a retry waits); else null.",
+    )
     # The metaclass takes declared fields off the class, so Serializer.errors stays intact
     # (the checker sees a field replace the errors property).
-    errors = TaskFailureSerializer(many=True, read_only=True)  # type: ignore[assignment]
-    cancel_reason = serializers.ChoiceField(choices=list(CancelReason), read_only=True)
-    run_id = serializers.CharField(read_only=True)
+    errors = TaskFailureSerializer(  # type: ignore[assignment]
+        many=True,
+        read_only=True,
+        help_text="Every failed attempt of the current run, oldest first (the last 10 are kept).",
+    )
+    cancel_reason = serializers.ChoiceField(
+        choices=list(CancelReason), read_only=True, help_text="`none`, or why it was stopped."
+    )
+    run_id = serializers.CharField(
+        read_only=True, help_text="The current run; a re-run of the id gets a new one."
+    )
     created_at = serializers.DateTimeField(read_only=True)
-    started_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    started_at = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="The start of the latest claim."
+    )
     finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
-    run_after = serializers.DateTimeField(read_only=True, allow_null=True)
-    watchers = serializers.ListField(child=serializers.CharField(), read_only=True)
-    workflow = serializers.CharField(read_only=True, allow_null=True)
-    node = serializers.CharField(read_only=True, allow_null=True)
+    run_after = serializers.DateTimeField(
+        read_only=True, allow_null=True, help_text="Not run before this time."
+    )
+    watchers = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="The user ids that may see it, owner first.",
+    )
+    workflow = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="For a workflow's node: the workflow id; null for a plain task.",
+    )
+    node = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="For a workflow's node: its name (`<name>:undo` for its undo); else null.",
+    )
 
 
 class TaskPageSerializer(serializers.Serializer[Any]):
@@ -100,37 +136,81 @@ class QueueNameField(serializers.CharField):
         return value
 
 
+#: What the schema says of ``offset`` and ``limit``.
+PAGE_NUMBER_TEXT = "ASCII digits (`3`, or `3.0`): a sign, a space or `3_000` is refused."
+
+
 class TaskListQuerySerializer(serializers.Serializer[Any]):
     """The list's query parameters; an unknown status or an out-of-range page is refused."""
 
-    status = serializers.ChoiceField(choices=TaskStatus.choices, required=False)
-    queue = QueueNameField(required=False, max_length=QUEUE_MAX_LENGTH, trim_whitespace=False)
-    offset = PageNumberField(min_value=0, max_value=MAX_OFFSET, default=0)
-    limit = PageNumberField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
+    status = serializers.ChoiceField(
+        choices=TaskStatus.choices, required=False, help_text="Only tasks in this status."
+    )
+    queue = QueueNameField(
+        required=False,
+        max_length=QUEUE_MAX_LENGTH,
+        trim_whitespace=False,
+        help_text="Only tasks of this queue.",
+    )
+    offset = PageNumberField(
+        min_value=0, max_value=MAX_OFFSET, default=0, help_text=PAGE_NUMBER_TEXT
+    )
+    limit = PageNumberField(
+        min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT, help_text=PAGE_NUMBER_TEXT
+    )
 
 
 class UndoSerializer(serializers.Serializer[Any]):
     """A node's compensation step; its task id is null until the undo is queued."""
 
-    state = serializers.ChoiceField(choices=list(UndoStatus), read_only=True)
-    task_path = serializers.CharField(read_only=True)
+    state = serializers.ChoiceField(
+        choices=list(UndoStatus),
+        read_only=True,
+        help_text="`idle` until compensation needs it, then the states of a node.",
+    )
+    task_path = serializers.CharField(read_only=True, help_text="The undo task's dotted path.")
     queue = serializers.CharField(read_only=True)
     task_id = serializers.CharField(read_only=True, allow_null=True)
-    reason = serializers.CharField(read_only=True, allow_null=True)
+    reason = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="Why it did not complete: its error's message or its cancel reason.",
+    )
 
 
 class WorkflowNodeSerializer(serializers.Serializer[Any]):
     """One node: its state, dependencies and task; the size of its result, never the result."""
 
     name = serializers.CharField(read_only=True)
-    state = serializers.ChoiceField(choices=list(NodeStatus), read_only=True)
-    deps = serializers.ListField(child=serializers.CharField(), read_only=True)
-    always = serializers.BooleanField(read_only=True)
+    state = serializers.ChoiceField(
+        choices=list(NodeStatus),
+        read_only=True,
+        help_text="`waiting` for its dependencies, `pending` in its queue, then running and ended.",
+    )
+    deps = serializers.ListField(
+        child=serializers.CharField(), read_only=True, help_text="The nodes it runs after."
+    )
+    always = serializers.BooleanField(
+        read_only=True,
+        help_text="Runs even if a dependency failed or was cancelled.",
+    )
     queue = serializers.CharField(read_only=True)
-    task_id = serializers.CharField(read_only=True)
-    reason = serializers.CharField(read_only=True, allow_null=True)
-    result_size = serializers.IntegerField(read_only=True, allow_null=True)
-    undo = UndoSerializer(read_only=True, allow_null=True)
+    task_id = serializers.CharField(
+        read_only=True, help_text="Its task: read its result at `GET tasks/{task_id}/`."
+    )
+    reason = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="Why it did not complete: its error's message or its cancel reason; else null.",
+    )
+    result_size = serializers.IntegerField(
+        read_only=True,
+        allow_null=True,
+        help_text="The size in bytes of its JSON result once it completed; else null.",
+    )
+    undo = UndoSerializer(
+        read_only=True, allow_null=True, help_text="Its compensation step, or null."
+    )
 
 
 class WorkflowSerializer(serializers.Serializer[Any]):
@@ -139,19 +219,42 @@ class WorkflowSerializer(serializers.Serializer[Any]):
     id = serializers.CharField(read_only=True)
     key = serializers.CharField(read_only=True)
     owner = serializers.CharField(read_only=True, allow_null=True)
-    state = serializers.ChoiceField(choices=WORKFLOW_STATES, read_only=True)
+    state = serializers.ChoiceField(
+        choices=WORKFLOW_STATES,
+        read_only=True,
+        help_text="`running`, then its end; `cancelling` or `compensating` while a cancel or its "
+        "undo steps are under way.",
+    )
     fail_fast = serializers.BooleanField(read_only=True)
-    undo_on_cancel = serializers.BooleanField(read_only=True)
-    plan_hash = serializers.CharField(read_only=True)
+    undo_on_cancel = serializers.BooleanField(
+        read_only=True,
+        help_text="Whether a cancel undoes completed steps unless it says otherwise (fixed at "
+        "submit).",
+    )
+    plan_hash = serializers.CharField(
+        read_only=True, help_text="The hash of its plan: send it with a re-run."
+    )
     created_at = serializers.DateTimeField(read_only=True)
     finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
-    #: How many times its nodes have been run: 1, plus one per re-run.
-    runs = serializers.IntegerField(read_only=True)
-    #: Why the accepted cancel came (``user`` or ``deadline``); null if never cancelled.
-    cancel_reason = serializers.CharField(read_only=True, allow_null=True)
-    #: When the current run is cancelled for its deadline; null if it has none.
-    deadline_at = serializers.DateTimeField(read_only=True, allow_null=True)
-    watchers = serializers.ListField(child=serializers.CharField(), read_only=True)
+    runs = serializers.IntegerField(
+        read_only=True, help_text="How many times its nodes have been run: 1, plus one per re-run."
+    )
+    cancel_reason = serializers.CharField(
+        read_only=True,
+        allow_null=True,
+        help_text="Why the accepted cancel came: `user` or `deadline`; null if never cancelled.",
+    )
+    deadline_at = serializers.DateTimeField(
+        read_only=True,
+        allow_null=True,
+        help_text="When the current run is cancelled for its deadline (from submit or the last "
+        "re-run); null without one.",
+    )
+    watchers = serializers.ListField(
+        child=serializers.CharField(),
+        read_only=True,
+        help_text="The user ids that may see it, owner first.",
+    )
     nodes = WorkflowNodeSerializer(many=True, read_only=True)
 
 
@@ -166,9 +269,15 @@ class WorkflowPageSerializer(serializers.Serializer[Any]):
 class WorkflowListQuerySerializer(serializers.Serializer[Any]):
     """The workflow list's query parameters; an unknown state or an out-of-range page is refused."""
 
-    state = serializers.ChoiceField(choices=WORKFLOW_STATES, required=False)
-    offset = PageNumberField(min_value=0, max_value=MAX_OFFSET, default=0)
-    limit = PageNumberField(min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT)
+    state = serializers.ChoiceField(
+        choices=WORKFLOW_STATES, required=False, help_text="Only workflows in this state."
+    )
+    offset = PageNumberField(
+        min_value=0, max_value=MAX_OFFSET, default=0, help_text=PAGE_NUMBER_TEXT
+    )
+    limit = PageNumberField(
+        min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT, help_text=PAGE_NUMBER_TEXT
+    )
 
 
 #: Why ``undo=true`` is refused: a cancel may drop the compensation chosen at submit, never add it.
@@ -200,6 +309,7 @@ class WorkflowRerunQuerySerializer(serializers.Serializer[Any]):
         r"^[0-9a-f]{64}$",
         required=False,
         default=None,
+        help_text="The plan_hash you read: the workflow is re-run only if its plan still has it.",
         error_messages={"invalid": "plan_hash is the 64 hex digits of the workflow's plan_hash."},
     )
 
@@ -207,5 +317,5 @@ class WorkflowRerunQuerySerializer(serializers.Serializer[Any]):
 class ErrorSerializer(serializers.Serializer[Any]):
     """Every error answer: a stable code and a message for people."""
 
-    error = serializers.CharField(read_only=True)
-    detail = serializers.CharField(read_only=True)
+    error = serializers.CharField(read_only=True, help_text="A stable code, such as `not_found`.")
+    detail = serializers.CharField(read_only=True, help_text="What went wrong, for people.")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import logging
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -67,3 +69,41 @@ def test_links_out_of_docs_point_at_the_repository(hooks: ModuleType) -> None:
         f"See [the log]({hooks.REPOSITORY}/blob/main/benchmarks/HISTORY.md#drain) "
         "and [runtime](runtime.md#settings)."
     )
+
+
+def test_the_rest_reference_has_every_route_of_the_urlconf(
+    hooks: ModuleType, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django.urls import URLPattern, resolve
+
+    from django_workers.rest import urls
+
+    with caplog.at_level(logging.WARNING):
+        page = hooks.rest_reference()
+    assert caplog.records == []  # a route the OpenAPI schema leaves out is a warning
+    # Each section's path, with an id in place of each {parameter}, resolves to the route it
+    # documents: so every (method, route) the urlconf serves must have a section.
+    documented = set()
+    for method, path in re.findall(r"^### `([A-Z]+) (/\S+)`$", page, flags=re.MULTILINE):
+        assert path.startswith(hooks.REST_PREFIX)
+        concrete = re.sub(r"\{\w+\}", "42::a", path.removeprefix(hooks.REST_PREFIX.rstrip("/")))
+        documented.add((method, resolve(concrete, urlconf=urls.__name__).url_name))
+    served = set()
+    for pattern in urls.urlpatterns:
+        assert isinstance(pattern, URLPattern)
+        view = pattern.callback.cls  # type: ignore[attr-defined]
+        for method in view.http_method_names:
+            if method not in ("options", "head") and hasattr(view, method):
+                served.add((method.upper(), pattern.name))
+    assert served == documented
+    assert ("PATCH", "workflow-rerun") in served
+    assert ("GET", "schema") in served
+
+
+def test_the_rest_reference_states_parameters_answers_and_bodies(hooks: ModuleType) -> None:
+    page = hooks.rest_reference()
+    assert "| `limit` | query | integer, 1 to 1000, default `100` | no |" in page
+    assert "| 409 | [`Error`](#error) | The task has already ended. |" in page
+    assert "### `Workflow`" in page
+    assert "| `nodes` | array of [`WorkflowNode`](#workflownode) |" in page
+    assert "| `error` | [`TaskFailure`](#taskfailure) or null |" in page
