@@ -16,7 +16,7 @@ import time
 from django.tasks import task
 
 import django_workers
-from django_workers import current_run, update_progress
+from django_workers import Retry, current_run, update_progress
 
 #: Seconds of pretend work per step.
 STEP = 0.05
@@ -46,6 +46,18 @@ def charge_card(order_id: int, outage_attempts: int) -> str:
 def refund_card(order_id: int) -> str:
     """Give back what ``charge_card`` took: the compensation step of a charge."""
     return f"order {order_id} refunded"
+
+
+def track_parcel(order_id: int, busy_attempts: int) -> str:
+    """Ask the courier where a parcel is; its API says "busy, ask again later" at first.
+
+    ``Retry(after=...)`` asks for the next attempt when the API said to, and
+    counts against the task's ``retries``, whatever ``retry_on`` says.
+    """
+    attempt = current_run().attempts
+    if attempt <= busy_attempts:
+        raise Retry("the courier's API is busy", after=2 * STEP)
+    return f"order {order_id}: parcel in transit (asked {attempt} times)"
 
 
 def export_catalog(products: int) -> int:
