@@ -1,13 +1,14 @@
 """Two checkouts' long drains side by side: wall time and worker CPU of ``runworkers --burst``.
 
     .venv/bin/python benchmarks/burst_ab.py BASELINE CANDIDATE [--db postgres] [--count 20000]
-        [--rounds 4] [--processes 1]
+        [--rounds 4] [--processes 1] [--fresh]
 
 BASELINE and CANDIDATE are checkouts of the project (``git worktree add
 /tmp/base <commit>``); each runs with its own ``.venv`` if it has one, else
 with this interpreter. Each round queues ``--count`` no-op tasks in each
 checkout's own database (PostgreSQL ``bench_burst_base`` / ``bench_burst_cand``,
-made if missing; or a SQLite file in each checkout's ``benchmarks/results``),
+made if missing, or made afresh before every drain with ``--fresh``; or a
+SQLite file in each checkout's ``benchmarks/results``),
 then times ``runworkers --burst --concurrency 10`` (``--processes`` of them at
 once) until the queue is empty: the wall time, and the CPU time (user and
 system) of the worker processes. The two checkouts take turns in a random
@@ -58,10 +59,13 @@ def environment(checkout: Path, db: str, name: str) -> dict[str, str]:
     return env
 
 
-def make_database(name: str) -> None:
+def make_database(name: str, fresh: bool = False) -> None:
+    """Create the database ``name`` if missing; with ``fresh``, drop it first."""
     import psycopg
 
     with psycopg.connect(f"{PG_SERVER}/postgres", autocommit=True, connect_timeout=5) as conn:
+        if fresh:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
         if not found:
             conn.execute(f'CREATE DATABASE "{name}"')
@@ -109,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--count", type=int, default=20000)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument(
+        "--fresh",
+        action="store_true",
+        help="PostgreSQL: drop and make each database before every drain (no dead rows carried)",
+    )
     args = parser.parse_args(argv)
     sides = {"base": args.baseline.resolve(), "cand": args.candidate.resolve()}
     for checkout in sides.values():
@@ -123,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         random.shuffle(order)
         line = []
         for name in order:
+            if args.fresh and args.db == "postgres":
+                make_database(f"bench_burst_{name}", fresh=True)
             wall, cpu = one_drain(
                 sides[name], environment(sides[name], args.db, name), args.count, args.processes
             )
