@@ -138,7 +138,8 @@ def resolve(path: str) -> Callable[..., Any] | Task[..., Any]:
     except ImportError as e:
         raise TaskNotImportable(
             f"Cannot import task {path!r}: {e}. Give the full dotted path of a module-level "
-            "function, e.g. 'myapp.tasks.send_report'."
+            "function, e.g. 'myapp.tasks.send_report'. A process imports task code once: "
+            "if the task is new, restart the workers (and the shell) that run or submit it."
         ) from e
     if not callable(target) and not isinstance(target, Task):
         raise TaskNotImportable(f"{path!r} imports a {type(target).__name__}, not a function.")

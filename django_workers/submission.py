@@ -54,10 +54,24 @@ DEFAULT_OPTIONS = TaskOptions()
 class TaskSubmission:
     """One task of a ``submit_tasks`` batch; the fields mirror ``submit_task``'s arguments.
 
-    Read once, when the batch is submitted. Not a frozen dataclass: one is made per
-    task of a batch, and a frozen one's ``__init__`` pays a ``setattr`` call per field
-    (two thirds of making it).
+    :param key: the task's key, unique among the owner's tasks (or the site's, with
+        ``scope="global"``); submitting a live key again joins it.
+    :param task: the task: a ``@django_workers.task`` or Django ``@task``, a function,
+        or its dotted path.
+    :param args: positional arguments, stored as JSON.
+    :param kwargs: keyword arguments, stored as JSON.
+    :param scope: ``"user"`` (the default) or ``"global"``.
+    :param watchers: other owners who may read and cancel the task.
+    :param queue: the queue; the task's own, else ``"default"``.
+    :param priority: from -100 to 100, higher first; the task's own, else 0.
+    :param run_after: the earliest start, as a time or a delay.
+    :param options: ``TaskOptions`` (timeout, retries...) over the task's own.
+
+    The batch reads each submission once, when it is submitted.
     """
+
+    # Not frozen: a batch makes one per task, and a frozen dataclass's __init__ pays a
+    # setattr call per field (two thirds of the cost of making one).
 
     key: str
     task: TaskRef

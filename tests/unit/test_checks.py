@@ -13,7 +13,12 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.test import override_settings
 
 from django_workers import checks
-from django_workers.checks import check_sqlite_settings, check_workers_settings
+from django_workers.backends import WorkersBackend
+from django_workers.checks import (
+    check_sqlite_settings,
+    check_tasks_backend,
+    check_workers_settings,
+)
 from django_workers.conf import queue_limits, workers_settings
 from django_workers.database_checks import check_migrations_applied
 
@@ -189,6 +194,45 @@ def test_the_sqlite_warning_shows_under_plain_check(monkeypatch: pytest.MonkeyPa
     out = io.StringIO()
     call_command("check", stdout=out, stderr=out)
     assert "django_workers.W001" in out.getvalue()
+
+
+# -- TASKS ----------------------------------------------------------------------------------
+
+IMMEDIATE = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+
+
+class SiteBackend(WorkersBackend):
+    """A site's own subclass counts as django-workers' backend."""
+
+
+def test_no_workers_backend_in_tasks_warns_where_enqueue_goes() -> None:
+    with override_settings(TASKS=IMMEDIATE):
+        found = check_tasks_backend()
+    assert ids(found) == ["django_workers.W002"]
+    assert "ImmediateBackend" in found[0].msg
+    assert found[0].hint is not None
+    assert "django_workers.backends.WorkersBackend" in found[0].hint
+    assert "SILENCED_SYSTEM_CHECKS" in found[0].hint
+
+
+@pytest.mark.parametrize(
+    "backend", ["django_workers.backends.WorkersBackend", f"{__name__}.SiteBackend"]
+)
+def test_any_alias_with_the_workers_backend_passes(backend: str) -> None:
+    with override_settings(TASKS={**IMMEDIATE, "workers": {"BACKEND": backend}}):
+        assert check_tasks_backend() == []
+
+
+def test_a_backend_that_does_not_import_is_left_to_djangos_checks() -> None:
+    with override_settings(TASKS={"default": {"BACKEND": "no.such.Backend"}}):
+        assert ids(check_tasks_backend()) == ["django_workers.W002"]
+
+
+def test_the_tasks_warning_shows_under_plain_check() -> None:
+    out = io.StringIO()
+    with override_settings(TASKS=IMMEDIATE):
+        call_command("check", stdout=out, stderr=out)
+    assert "django_workers.W002" in out.getvalue()
 
 
 # -- LISTEN_DATABASE ------------------------------------------------------------------------

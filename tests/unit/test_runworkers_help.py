@@ -35,7 +35,7 @@ def test_version_prints_the_package_version_not_django_s(
         "serve (default: all)",
         "per process (default: 4)",
         "to start (default: 1)",
-        "after SIGTERM (default: 30)",
+        "goes back to its queue (default: 30)",
         "(default: off)",
         "(default: recover them)",
         "(default: DJANGO_WORKERS['POLL_INTERVAL'], 0.2)",

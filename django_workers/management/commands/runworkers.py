@@ -106,7 +106,8 @@ class Command(BaseCommand):
             "--drain-timeout",
             type=seconds,
             default=30.0,
-            help="Seconds to let running tasks finish after SIGTERM (default: %(default)g).",
+            help="Seconds after SIGTERM for running tasks to end: each is asked to stop, and one "
+            "that stops goes back to its queue (default: %(default)g).",
         )
         parser.add_argument(
             "--burst", action="store_true", help="Exit when no task is left to run (default: off)."
