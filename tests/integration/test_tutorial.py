@@ -141,7 +141,7 @@ class Reader:
         return log.read_text()
 
     def stop(self, name: str) -> None:
-        """Ctrl-C: the page says running tasks finish and the process exits cleanly."""
+        """Ctrl-C: running tasks are asked to stop, and the process exits cleanly."""
         process = self.background.pop(name, None)
         if process is None:
             return
