@@ -6,6 +6,7 @@ executes. Such records are global-scope, System-authority tasks with a
 generated id. The backend alias is kept in the record's options (``backend``):
 that is how a worker knows to send Django's task signals, and how
 ``get_result`` tells these records from tasks submitted with ``submit_task``.
+The system check ``django_workers.W002`` warns when no ``TASKS`` alias is it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, cast
 
 from django.apps import apps
 from django.conf import settings
-from django.core.checks import CheckMessage, Error
+from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task_backends
 from django.tasks.backends.base import BaseTaskBackend
@@ -31,6 +32,7 @@ from django.utils.module_loading import import_string
 from django_workers.api import get_task_status
 from django_workers.authority import System
 from django_workers.cancellation import cancel_message
+from django_workers.documentation import docs_url
 from django_workers.exceptions import (
     ArgumentsTooLarge,
     InvalidTaskKey,
@@ -235,12 +237,39 @@ def configured() -> bool:
     """Whether any TASKS alias uses WorkersBackend (or a subclass of it)."""
     for config in (getattr(settings, "TASKS", None) or {}).values():
         try:
-            backend = import_string(config.get("BACKEND", ""))
+            backend = import_string(str(config.get("BACKEND", "")))
         except ImportError:
             continue
         if isinstance(backend, type) and issubclass(backend, WorkersBackend):
             return True
     return False
+
+
+@register()
+def check_tasks_backend(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn when no alias of Django's ``TASKS`` is django-workers' backend.
+
+    Then ``.enqueue()`` of every task, ``django_workers.task`` ones included, goes
+    to another backend (Django's default runs it at once, in the caller), and no
+    worker ever sees it.
+    """
+    tasks = getattr(settings, "TASKS", None)
+    # A TASKS of the wrong shape is Django's own checks' to report.
+    if not isinstance(tasks, dict) or not all(isinstance(v, dict) for v in tasks.values()):
+        return []
+    if configured():
+        return []
+    used = tasks.get("default", {}).get("BACKEND")
+    return [
+        Warning(
+            "No TASKS backend is django-workers' WorkersBackend: .enqueue() of a task "
+            f"runs on {used or 'another backend'}, not on your workers.",
+            hint='Set TASKS = {"default": {"BACKEND": "django_workers.backends.WorkersBackend"}} '
+            f"(see {docs_url('django-tasks-backend', 'settings')}). If you only submit with "
+            'submit_task(), add "django_workers.W002" to SILENCED_SYSTEM_CHECKS.',
+            id="django_workers.W002",
+        )
+    ]
 
 
 def send_task_started(sender: object, *, info: TaskInfo, **kwargs: Any) -> None:

@@ -76,51 +76,6 @@ def check_sqlite_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckM
     ]
 
 
-#: The backend that stores ``.enqueue()`` calls as task records.
-WORKERS_BACKEND = "django_workers.backends.WorkersBackend"
-
-
-@register()
-def check_tasks_backend(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    """Warn when no alias of Django's ``TASKS`` is django-workers' backend.
-
-    Then ``.enqueue()`` of every task, ``django_workers.task`` ones included, goes
-    to another backend (Django's default runs it at once, in the caller), and no
-    worker ever sees it.
-    """
-    tasks = getattr(settings, "TASKS", None)
-    if not isinstance(tasks, dict):
-        return []
-    for alias_settings in tasks.values():
-        path = alias_settings.get("BACKEND") if isinstance(alias_settings, dict) else None
-        if isinstance(path, str) and _is_workers_backend(path):
-            return []
-    default = tasks.get("default")
-    used = default.get("BACKEND") if isinstance(default, dict) else None
-    return [
-        Warning(
-            "No TASKS backend is django-workers' WorkersBackend: .enqueue() of a task "
-            f"runs on {used or 'another backend'}, not on your workers.",
-            hint='Set TASKS = {"default": {"BACKEND": "' + WORKERS_BACKEND + '"}} (see '
-            f"{docs_url('django-tasks-backend', 'settings')}). If you only submit with "
-            'submit_task(), add "django_workers.W002" to SILENCED_SYSTEM_CHECKS.',
-            id="django_workers.W002",
-        )
-    ]
-
-
-def _is_workers_backend(path: str) -> bool:
-    if path == WORKERS_BACKEND:
-        return True
-    from django_workers.backends import WorkersBackend
-
-    try:
-        backend = import_string(path)
-    except ImportError:
-        return False  # Django's own checks report a backend that does not import
-    return isinstance(backend, type) and issubclass(backend, WorkersBackend)
-
-
 @register()
 def check_workers_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """Report every DJANGO_WORKERS key or value that is unknown, mistyped or out of range."""

@@ -13,12 +13,8 @@ from django.db.migrations.recorder import MigrationRecorder
 from django.test import override_settings
 
 from django_workers import checks
-from django_workers.backends import WorkersBackend
-from django_workers.checks import (
-    check_sqlite_settings,
-    check_tasks_backend,
-    check_workers_settings,
-)
+from django_workers.backends import WorkersBackend, check_tasks_backend
+from django_workers.checks import check_sqlite_settings, check_workers_settings
 from django_workers.conf import queue_limits, workers_settings
 from django_workers.database_checks import check_migrations_applied
 
