@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -69,3 +71,15 @@ def coordination() -> Iterator[None]:
 def name(request: pytest.FixtureRequest) -> str:
     """A name unique to this test, for the coordination state of ``tests.tasks``."""
     return request.node.nodeid
+
+
+@pytest.fixture(scope="session")
+def hooks() -> ModuleType:
+    """scripts/docs_hooks.py, the documentation site's build hooks, as a module."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / "docs_hooks.py"
+    spec = importlib.util.spec_from_file_location("docs_hooks", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

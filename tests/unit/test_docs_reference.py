@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import re
 from pathlib import Path
@@ -13,16 +12,6 @@ import pytest
 from django_workers.conf import DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent.parent
-
-
-@pytest.fixture(scope="module")
-def hooks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "scripts" / "docs_hooks.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_settings_table_has_every_setting_with_its_default(hooks: ModuleType) -> None:

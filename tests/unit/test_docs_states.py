@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 from types import ModuleType
@@ -74,16 +73,6 @@ UNDO_MOVES = {
     ("running", "cancelled"),
     *((end, "idle") for end in ("completed", "failed", "cancelled")),  # a re-run
 }
-
-
-@pytest.fixture(scope="module")
-def hooks() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "scripts" / "docs_hooks.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def arrows(diagram: str) -> set[tuple[str, str]]:
