@@ -14,6 +14,7 @@ from django_workers.bounds import QUEUE_MAX_LENGTH
 from django_workers.cancellation import CancelReason
 from django_workers.engine.machine import NodeStatus, UndoStatus
 from django_workers.info import TaskStatus
+from django_workers.lifecycle import ERRORS_KEPT
 from django_workers.workflows.handles import STATES as WORKFLOW_STATES
 
 #: The deepest page a list may ask for; paging further is a scan, not a lookup.
@@ -73,7 +74,8 @@ class TaskSerializer(serializers.Serializer[Any]):
     errors = TaskFailureSerializer(  # type: ignore[assignment]
         many=True,
         read_only=True,
-        help_text="Every failed attempt of the current run, oldest first (the last 10 are kept).",
+        help_text="Every failed attempt of the current run, oldest first (the last "
+        f"{ERRORS_KEPT} are kept).",
     )
     cancel_reason = serializers.ChoiceField(
         choices=list(CancelReason), read_only=True, help_text="`none`, or why it was stopped."
@@ -83,7 +85,10 @@ class TaskSerializer(serializers.Serializer[Any]):
     )
     created_at = serializers.DateTimeField(read_only=True)
     started_at = serializers.DateTimeField(
-        read_only=True, allow_null=True, help_text="The start of the latest claim."
+        read_only=True,
+        allow_null=True,
+        help_text="When the run's first attempt started; retries keep it, and the timeout "
+        "counts from it. Null before a worker starts it.",
     )
     finished_at = serializers.DateTimeField(read_only=True, allow_null=True)
     run_after = serializers.DateTimeField(
