@@ -123,6 +123,9 @@ BEGIN
             ) l
             GROUP BY l.queue
         ),
+        -- Each owner's share, the k-th task with the turn n + k. Owners and global tasks
+        -- are two branches: "owner = g.owner" and "owner IS NULL" each seek the index,
+        -- which "owner IS NOT DISTINCT FROM g.owner" would scan whole.
         candidates AS (
             SELECT g.queue, g.n, x.* FROM groups g JOIN levels v ON v.queue = g.queue
             CROSS JOIN LATERAL (
