@@ -403,17 +403,22 @@ def test_without_client_side_binding_ends_and_their_refill_share_one_transaction
     assert all(blocks)
 
 
-@pytest.mark.django_db(transaction=True)
-def test_on_postgresql_node_ends_and_their_refill_take_the_two_round_trips_of_a_node_end() -> None:
-    if connection.vendor != "postgresql":
-        pytest.skip("the two-round-trip node end is PostgreSQL's")
-    store = DatabaseWorkerStore()
+def _first_of_a_chain_completed(store: DatabaseWorkerStore) -> list[lifecycle.TaskEnd]:
+    """The end of node "a" of the workflow "chain" (a -> b), claimed by worker w1."""
     wf = Workflow("chain", System())
     first = wf.add("a", add, args=[1, 2])
     wf.add("b", add, args=[1, 2]).after(first)
     wf.submit(store=store)
     [a] = store.claim("w1", None, 5, clock.now())
-    ends = [lifecycle.run_end(a, "w1", TaskStatus.COMPLETED, clock.now(), result=3)]
+    return [lifecycle.run_end(a, "w1", TaskStatus.COMPLETED, clock.now(), result=3)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_postgresql_node_ends_and_their_refill_take_the_two_round_trips_of_a_node_end() -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("the two-round-trip node end is PostgreSQL's")
+    store = DatabaseWorkerStore()
+    ends = _first_of_a_chain_completed(store)
     with CaptureQueriesContext(connection) as queries:
         won, claimed = store.end_and_claim(ends, "w1", None, 1, clock.now())
     assert (won, [r.id for r in claimed]) == ([True], ["chain:b"])  # promoted, then claimed
@@ -545,12 +550,7 @@ def test_a_node_end_that_promotes_reads_no_node_record() -> None:
     if connection.vendor == "postgresql":
         pytest.skip("PostgreSQL's node end is two round trips")
     store = DatabaseWorkerStore()
-    wf = Workflow("chain", System())
-    first = wf.add("a", add, args=[1, 2])
-    wf.add("b", add, args=[1, 2]).after(first)
-    wf.submit(store=store)
-    [a] = store.claim("w1", None, 5, clock.now())
-    ends = [lifecycle.run_end(a, "w1", TaskStatus.COMPLETED, clock.now(), result=3)]
+    ends = _first_of_a_chain_completed(store)
     with CaptureQueriesContext(connection) as queries:
         assert store.end_tasks(ends) == [True]
     statements = [q["sql"].split()[0].upper() for q in queries]
