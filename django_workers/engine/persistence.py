@@ -108,9 +108,11 @@ class WorkflowSave:
 class WorkflowWrites:
     """Everything one answer of the engine asks a store to write, in one transaction.
 
-    A store writes ``resets`` first, then the ``refusals`` (fenced ends, each with
-    its reason, applied without reacting to them again), then the ``undos``, the
-    ``stops`` and, last, each workflow's ``saves`` with its promotions.
+    A store writes the ``refusals`` first (fenced ends, each with its reason,
+    applied without reacting to them again: ``stores.workflow_writes`` writes them
+    while it asks), then the ``resets``, the ``undos``, the ``stops`` and, last,
+    each workflow's ``saves`` with its promotions. No answer has both refusals and
+    resets: resets are a re-run's, refusals a reaction's or a cancel's.
     When ``needs`` is not empty the answer is not whole and holds nothing else:
     the store reads those node records and asks again.
     """
